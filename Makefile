@@ -1,0 +1,34 @@
+# Two commands on a fresh machine with nothing but Python 3:
+#   make lab   — create/reuse .venv, install, run the lab (the project's main job)
+#   make test  — create/reuse .venv, install, run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.posenc-installed
+# torch is pinned first so pip takes the CPU wheel on this machine's disk
+# instead of resolving a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+LAB_ARGS ?=
+
+.PHONY: lab test install clean bench
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/posenc lab $(LAB_ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/posenc bench
+
+clean:
+	rm -rf $(VENV) lab-report .pytest_cache

@@ -1,0 +1,231 @@
+"""Multi-head attention with position hooks, masks and a KV cache.
+
+The attention asks its position scheme for a rotation of q and k and for a
+bias on the logits — every scheme answers both (most with "nothing") — so it
+never inspects which scheme it holds.
+
+Masks (all optional, combined):
+
+* ``valid_lens`` — d2l semantics: (B,) keys at index ≥ valid_lens[b] are
+  hidden from every query of sequence b; (B, Tq) gives one length per query.
+* ``key_padding_mask`` — (B, Tk) bool, True marks a padding key (as in
+  ``torch.nn.MultiheadAttention``).
+* ``causal`` — query i may see key j only if j ≤ i + (Tk − Tq): the queries
+  are the *last* Tq positions of the key sequence, which is what cached
+  decoding needs (``is_causal`` of SDPA aligns top-left and would be wrong).
+
+A row whose keys are all masked gets uniform weights over the masked keys
+instead of NaN (d2l semantics); callers drop such rows.
+
+Shape legend: B batch, H heads, Tq query length, Tk key length,
+D model width, Dh = D / H head width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posenc.positions.base import NoPosition, PositionScheme, check_positions, default_positions
+
+
+@dataclass
+class KVCache:
+    """Keys (already rotated), values and the positions they were computed at, for one attention.
+
+    ``static`` caches (cross-attention) are filled once from the encoder
+    output and reused at every step.
+    """
+
+    k: Tensor | None = None  # (B, H, Tk, Dh)
+    v: Tensor | None = None  # (B, H, Tk, Dh)
+    positions: Tensor | None = None  # (Tk,) or (B, Tk)
+    static: bool = False
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
+    def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Add new keys/values at ``positions``; return all keys, values and positions so far."""
+        if self.k is None:
+            self.k, self.v, self.positions = k, v, positions
+        else:
+            assert self.v is not None and self.positions is not None
+            self.k = torch.cat((self.k, k), dim=-2)
+            self.v = torch.cat((self.v, v), dim=-2)
+            old, new = self.positions, positions
+            if old.dim() != new.dim():  # mix of shared (T,) and per-sequence (B, T) positions
+                old, new = old.expand(k.shape[0], -1), new.expand(k.shape[0], -1)
+            self.positions = torch.cat((old, new), dim=-1)
+        return self.k, self.v, self.positions
+
+
+def build_mask(
+    *,
+    batch: int,
+    q_len: int,
+    k_len: int,
+    valid_lens: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    causal: bool = False,
+    device: torch.device | None = None,
+) -> Tensor | None:
+    """Boolean "may attend" mask broadcastable to (B, 1, Tq, Tk), or None when nothing is masked."""
+    allowed: Tensor | None = None
+
+    def combine(m: Tensor) -> None:
+        nonlocal allowed
+        allowed = m if allowed is None else allowed & m
+
+    key_index = torch.arange(k_len, device=device)
+    if causal:
+        query_index = torch.arange(q_len, device=device) + (k_len - q_len)
+        combine((key_index[None, :] <= query_index[:, None]).view(1, 1, q_len, k_len))
+    if valid_lens is not None:
+        if valid_lens.dtype.is_floating_point:
+            raise TypeError(f"valid_lens must be an integer tensor, got {valid_lens.dtype}")
+        if valid_lens.dim() == 1 and valid_lens.shape[0] == batch:
+            lens = valid_lens.view(batch, 1, 1, 1)
+        elif valid_lens.dim() == 2 and tuple(valid_lens.shape) == (batch, q_len):
+            lens = valid_lens.view(batch, 1, q_len, 1)
+        else:
+            raise ValueError(f"valid_lens must have shape ({batch},) or ({batch}, {q_len}), got {tuple(valid_lens.shape)}")
+        combine(key_index.view(1, 1, 1, k_len) < lens.to(device))
+    if key_padding_mask is not None:
+        if tuple(key_padding_mask.shape) != (batch, k_len):
+            raise ValueError(f"key_padding_mask must have shape ({batch}, {k_len}), got {tuple(key_padding_mask.shape)}")
+        if key_padding_mask.dtype != torch.bool:
+            raise TypeError(f"key_padding_mask must be bool (True = padding), got {key_padding_mask.dtype}")
+        combine(~key_padding_mask.view(batch, 1, 1, k_len).to(device))
+    return allowed
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention (Vaswani et al., 2017, §3.2.2).
+
+    Reference used to verify: ``torch.nn.MultiheadAttention`` with the same
+    weights (self and cross, with masks). Runs through
+    ``F.scaled_dot_product_attention`` unless weights are asked for.
+
+    Args:
+        dim: model width D (queries, output).
+        num_heads: H; D must be divisible by H.
+        kv_dim: width of the key/value source (cross-attention), default D.
+        bias: biases in the four projections.
+        dropout: dropout on attention weights during training.
+        position: the scheme whose rotation/bias hooks act here (default none);
+            cross-attention normally has none.
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int,
+        num_heads: int,
+        kv_dim: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        position: PositionScheme | None = None,
+    ) -> None:
+        super().__init__()
+        if num_heads <= 0 or dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        kv_dim = dim if kv_dim is None else kv_dim
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(dim, dim, bias=bias)
+        self.k_proj = nn.Linear(kv_dim, dim, bias=bias)
+        self.v_proj = nn.Linear(kv_dim, dim, bias=bias)
+        self.out_proj = nn.Linear(dim, dim, bias=bias)
+        self.position = position if position is not None else NoPosition()
+
+    def _heads(self, x: Tensor) -> Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        *,
+        q_pos: Tensor | None = None,
+        k_pos: Tensor | None = None,
+        valid_lens: Tensor | None = None,
+        key_padding_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Tensor | None]:
+        """Attend from ``x`` (B, Tq, D) to ``context`` (B, Tk, Dkv), or to ``x`` itself.
+
+        Args:
+            q_pos: (Tq,) or (B, Tq) integer positions of the queries; default
+                continues after what ``cache`` holds (0 … Tq − 1 without a cache).
+            k_pos: positions of the keys; self-attention uses ``q_pos``.
+            cache: a KVCache to extend (self-attention) or reuse (static, cross).
+            need_weights: also return the (B, H, Tq, Tk) attention weights.
+
+        Returns:
+            (output (B, Tq, D), weights or None).
+        """
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape (B, T, {self.dim}), got {tuple(x.shape)}")
+        batch, q_len, _ = x.shape
+        self_attention = context is None
+        offset = cache.length if (cache is not None and self_attention) else 0
+        q_pos = default_positions(q_len, offset=offset, device=x.device) if q_pos is None else check_positions(q_pos, name="q_pos")
+        q = self._heads(self.q_proj(x))  # (B, H, Tq, Dh)
+
+        if cache is not None and cache.static and cache.k is not None:
+            k, v, k_pos = cache.k, cache.v, cache.positions
+            assert v is not None and k_pos is not None
+            # keys were rotated when the cache was filled; rotate the queries alone
+            q, _ = self.position.rotate(q, k[..., :0, :], q_pos, k_pos[..., :0])
+        else:
+            source = x if self_attention else context
+            assert source is not None
+            k = self._heads(self.k_proj(source))  # (B, H, Tk, Dh)
+            v = self._heads(self.v_proj(source))
+            if k_pos is None:
+                k_pos = q_pos if self_attention else default_positions(source.shape[1], device=x.device)
+            k_pos = check_positions(k_pos, name="k_pos")
+            q, k = self.position.rotate(q, k, q_pos, k_pos)
+            if cache is not None:
+                if cache.static:
+                    cache.k, cache.v, cache.positions = k, v, k_pos
+                else:
+                    k, v, k_pos = cache.append(k, v, k_pos)
+        k_len = k.shape[-2]
+
+        allowed = build_mask(
+            batch=batch, q_len=q_len, k_len=k_len, valid_lens=valid_lens,
+            key_padding_mask=key_padding_mask, causal=causal, device=x.device,
+        )
+        bias = self.position.attention_bias(q_pos, k_pos, q)
+        dropout = self.dropout if self.training else 0.0
+
+        if need_weights:
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
+            if bias is not None:
+                scores = scores + bias.to(scores.dtype)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+            weights = scores.softmax(dim=-1)
+            out = F.dropout(weights, dropout, self.training) @ v
+        else:
+            weights = None
+            attn_mask: Tensor | None = None
+            if bias is not None:
+                attn_mask = bias.to(q.dtype)
+            if allowed is not None:
+                fill = torch.finfo(q.dtype).min
+                base = attn_mask if attn_mask is not None else torch.zeros((), dtype=q.dtype, device=q.device)
+                attn_mask = torch.where(allowed, base, torch.tensor(fill, dtype=q.dtype, device=q.device))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+        out = out.transpose(1, 2).reshape(batch, q_len, self.dim)  # (B, Tq, D)
+        return self.out_proj(out), weights

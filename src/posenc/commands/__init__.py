@@ -1,0 +1,1 @@
+"""One module per ``posenc`` subcommand; each defines ``register(subparsers)``."""

@@ -1,0 +1,110 @@
+"""Position schemes: the three families of DESIGN.md and a registry to build them by name.
+
+>>> from posenc.positions import build, names
+>>> rope = build("rope", dim=64, num_heads=4, base=10000.0, pairing="interleaved")
+>>> rope.family, rope.head_dim
+('rotary', 16)
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from posenc.positions.absolute import LearnedPositions, NaiveIndexPositions, SinusoidalPositions, sinusoid_table
+from posenc.positions.base import (
+    AdditiveScheme,
+    BiasScheme,
+    NoPosition,
+    PositionScheme,
+    RotaryScheme,
+    check_positions,
+    default_positions,
+)
+from posenc.positions.bias import ALiBi, alibi_slopes
+from posenc.positions.rotary import RoPE, apply_rotary, convert_qk_weight, pairing_permutation
+
+_REGISTRY: dict[str, type[PositionScheme]] = {}
+
+
+def register(cls: type[PositionScheme]) -> type[PositionScheme]:
+    """Class decorator: make a scheme buildable by its ``name``."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"position scheme name {cls.name!r} is already registered by {_REGISTRY[cls.name].__name__}")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def names() -> list[str]:
+    """Every registered scheme name, sorted."""
+    return sorted(_REGISTRY)
+
+
+def lookup(name: str) -> type[PositionScheme]:
+    """The class registered under ``name``; unknown names raise with the valid list."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown position scheme {name!r}; valid names: {', '.join(names())}") from None
+
+
+def model_context(cls: type[PositionScheme], *, dim: int, num_heads: int) -> dict[str, Any]:
+    """The constructor arguments a model supplies to a scheme of ``cls``'s family."""
+    if num_heads <= 0 or dim % num_heads:
+        raise ValueError(f"dim={dim} must be a positive multiple of num_heads={num_heads}")
+    context: dict[str, Any] = {
+        "additive": {"dim": dim - cls.extra_width},
+        "rotary": {"head_dim": dim // num_heads},
+        "bias": {"num_heads": num_heads},
+        "none": {},
+    }[cls.family]
+    accepted = inspect.signature(cls.__init__).parameters
+    return {k: v for k, v in context.items() if k in accepted}
+
+
+def build(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionScheme:
+    """Build the scheme ``name`` for a model of width ``dim`` with ``num_heads`` heads.
+
+    The model supplies what the family needs (width for additive schemes,
+    head width for rotary ones, head count for bias ones); ``options`` are the
+    scheme's own keyword arguments and override those.
+
+    Raises:
+        ValueError: unknown name, or an option the scheme does not take.
+    """
+    cls = lookup(name)
+    params = inspect.signature(cls.__init__).parameters
+    valid = [p for p in params if p != "self"]
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"position scheme {name!r} takes no option(s) {unknown}; valid options: {valid}")
+    return cls(**{**model_context(cls, dim=dim, num_heads=num_heads), **options})
+
+
+for _cls in (NoPosition, SinusoidalPositions, LearnedPositions, NaiveIndexPositions, RoPE, ALiBi):
+    register(_cls)
+
+__all__ = [
+    "ALiBi",
+    "AdditiveScheme",
+    "BiasScheme",
+    "LearnedPositions",
+    "NaiveIndexPositions",
+    "NoPosition",
+    "PositionScheme",
+    "RoPE",
+    "RotaryScheme",
+    "SinusoidalPositions",
+    "alibi_slopes",
+    "apply_rotary",
+    "build",
+    "check_positions",
+    "convert_qk_weight",
+    "default_positions",
+    "lookup",
+    "model_context",
+    "names",
+    "pairing_permutation",
+    "register",
+    "sinusoid_table",
+]

@@ -1,0 +1,152 @@
+"""Absolute (additive) position schemes: sinusoidal, learned, naive integer index.
+
+Shape legend: B batch, T sequence length, D width.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from posenc.positions.base import AdditiveScheme, check_positions
+
+
+def check_even(value: int, *, name: str, what: str) -> None:
+    """Raise a ValueError naming ``value`` when a width that holds pairs is odd."""
+    if value <= 0 or value % 2:
+        raise ValueError(
+            f"{name}={value} must be a positive even number: {what} works on pairs of coordinates "
+            f"(use {value + 1 if value > 0 else 2} or {max(value - 1, 2)})"
+        )
+
+
+def sinusoid_frequencies(dim: int, base: float = 10000.0) -> Tensor:
+    """ω_i = base^(−2i/dim) for i = 0 … dim/2 − 1, float64."""
+    check_even(dim, name="dim", what="the sinusoidal table")
+    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+
+
+def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
+    """The sinusoidal table of Vaswani et al. (2017), float64, at integer ``positions``.
+
+    PE[p, 2i] = sin(p·ω_i), PE[p, 2i+1] = cos(p·ω_i), ω_i = base^(−2i/dim).
+    Angles are formed in float64 from the integer positions, so any position
+    (1e6 and beyond) is exact to float64 rounding: there is no max_len cliff.
+
+    Returns:
+        (..., T, dim) float64, for positions of shape (..., T).
+    """
+    positions = check_positions(positions)
+    angles = positions.double().unsqueeze(-1) * sinusoid_frequencies(dim, base).to(positions.device)
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (..., T, dim/2, 2)
+    return table.flatten(-2)  # (..., T, dim): sin, cos interleaved
+
+
+class SinusoidalPositions(AdditiveScheme):
+    """Fixed sinusoidal encoding added to token vectors (Vaswani et al., 2017, §3.5).
+
+    Reference used to verify: the float64 formula itself (tests), and d2l's
+    ``PositionalEncoding`` layout (sin in even columns, cos in odd columns).
+
+    Args:
+        dim: model width, even.
+        base: the wavelength base (10000 in the paper).
+    """
+
+    name: ClassVar[str] = "sinusoidal"
+
+    def __init__(self, *, dim: int, base: float = 10000.0) -> None:
+        super().__init__(dim=dim)
+        check_even(dim, name="dim", what="the sinusoidal encoding")
+        if base <= 1:
+            raise ValueError(f"base must be > 1, got {base}")
+        self.base = float(base)
+
+    def encode(self, positions: Tensor) -> Tensor:
+        return sinusoid_table(positions, self.dim, self.base)
+
+    def options(self) -> dict[str, Any]:
+        return {"dim": self.dim, "base": self.base}
+
+
+class LearnedPositions(AdditiveScheme):
+    """A learned table of ``max_len`` position vectors (BERT, GPT-2).
+
+    It has no row beyond ``max_len - 1``: asking for one raises, naming the table
+    size, instead of indexing out of bounds.
+
+    Args:
+        dim: model width.
+        max_len: number of rows (positions 0 … max_len − 1).
+        init_std: standard deviation of the normal initialisation (GPT-2: 0.02).
+    """
+
+    name: ClassVar[str] = "learned"
+
+    def __init__(self, *, dim: int, max_len: int = 1024, init_std: float = 0.02) -> None:
+        super().__init__(dim=dim)
+        if max_len <= 0:
+            raise ValueError(f"max_len must be positive, got {max_len}")
+        self.max_len = max_len
+        self.init_std = init_std
+        self.weight = nn.Parameter(torch.empty(max_len, dim))
+        nn.init.normal_(self.weight, std=init_std)
+
+    def encode(self, positions: Tensor) -> Tensor:
+        positions = check_positions(positions)
+        if positions.numel() and int(positions.max()) >= self.max_len:
+            raise ValueError(
+                f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                f"but position {int(positions.max())} was asked for; build it with a larger max_len "
+                "or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
+            )
+        return self.weight[positions.to(self.weight.device)]
+
+    def max_position(self) -> int | None:
+        return self.max_len - 1
+
+    def options(self) -> dict[str, Any]:
+        return {"dim": self.dim, "max_len": self.max_len}
+
+
+class NaiveIndexPositions(AdditiveScheme):
+    """The raw position index appended as one extra coordinate (article 000's first try).
+
+    It is what *not* to do: the signal grows with the position, so the position
+    part of the logits (i·j) swamps the content part at large positions. Kept
+    for the lab and for completeness. ``extra_width`` is 1: token vectors of
+    width ``dim`` leave with width ``dim + 1``.
+
+    Args:
+        dim: width of the token vectors it receives.
+        scale: multiply the index by this (1.0 = the raw index).
+    """
+
+    name: ClassVar[str] = "naive"
+    extra_width: ClassVar[int] = 1
+
+    def __init__(self, *, dim: int, scale: float = 1.0) -> None:
+        super().__init__(dim=dim)
+        self.scale = float(scale)
+
+    def encode(self, positions: Tensor) -> Tensor:
+        return check_positions(positions).double().unsqueeze(-1) * self.scale  # (..., T, 1)
+
+    def add(self, x: Tensor, positions: Tensor) -> Tensor:
+        positions = check_positions(positions)
+        if positions.shape[-1] != x.shape[-2]:
+            raise ValueError(f"naive: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
+        column = self.encode(positions).to(device=x.device, dtype=x.dtype)
+        column = column.expand(*x.shape[:-1], 1)
+        return torch.cat((x, column), dim=-1)  # (B, T, D + 1)
+
+    def options(self) -> dict[str, Any]:
+        return {"dim": self.dim, "scale": self.scale}
+
+
+def sinusoid_norm(dim: int) -> float:
+    """The norm every sinusoidal row has: √(dim/2) (each sin²+cos² pair is 1)."""
+    return math.sqrt(dim / 2)

@@ -1,0 +1,212 @@
+"""The contract every position scheme keeps.
+
+A position scheme can act in exactly one of three places (DESIGN.md):
+
+=========  =====================================  ==============================
+family     acts on                                hook it overrides
+=========  =====================================  ==============================
+additive   token vectors before the first block   ``add(x, positions)``
+rotary     queries and keys inside attention      ``rotate(q, k, q_pos, k_pos)``
+bias       attention logits                       ``attention_bias(q_pos, k_pos, q)``
+none       nothing                                —
+=========  =====================================  ==============================
+
+Every scheme inherits all three hooks; the base versions do nothing, so a model
+calls all of them at their places and never asks which scheme it holds.
+
+Positions are data, not shape: every hook takes explicit integer positions,
+``(T,)`` shared by the batch or ``(B, T)`` per sequence. Offsets for cached
+decoding, left padding and positions far beyond training are the same path.
+
+Every scheme also answers ``similarity(pos_i, pos_j)``: the similarity it
+induces between two positions alone, in float64 — the Gram matrix of an additive
+table, the dot product of rotated all-ones vectors for rotary schemes, the bias
+itself for bias schemes. The lab measures properties on that one object.
+
+Shape legend: B batch, H heads, T/Tq/Tk sequence lengths, D model width,
+Dh head width.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor, nn
+
+Family = Literal["additive", "rotary", "bias", "none"]
+
+
+def check_positions(positions: Tensor, *, name: str = "positions") -> Tensor:
+    """Validate integer positions and return them as int64.
+
+    Positions must be an integer tensor: a float (let alone bf16) tensor cannot
+    hold large positions exactly (bf16 is exact only up to 256), so the public
+    API refuses them rather than silently rounding.
+
+    Raises:
+        TypeError: positions is not a tensor or not of an integer dtype.
+        ValueError: positions has more than 2 dimensions or a negative entry.
+    """
+    if not isinstance(positions, Tensor):
+        raise TypeError(f"{name} must be an integer torch.Tensor, got {type(positions).__name__}")
+    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
+        raise TypeError(
+            f"{name} must have an integer dtype (torch.long), got {positions.dtype}; "
+            "positions held in a floating-point dtype lose exactness (bf16 is exact only up to 256) — "
+            "build them with torch.arange(..., dtype=torch.long)"
+        )
+    if positions.dim() not in (1, 2):
+        raise ValueError(f"{name} must have shape (T,) or (B, T), got {tuple(positions.shape)}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"{name} must be >= 0, got minimum {int(positions.min())}")
+    return positions.long()
+
+
+def default_positions(length: int, *, offset: int = 0, device: torch.device | None = None) -> Tensor:
+    """Positions ``offset, offset + 1, …, offset + length - 1`` as int64 ``(T,)``."""
+    return torch.arange(offset, offset + length, dtype=torch.long, device=device)
+
+
+class PositionScheme(nn.Module):
+    """Base class of every position scheme. See the module docstring.
+
+    Subclasses set ``family`` and override exactly the hook of their family,
+    plus ``similarity``. ``extra_width`` is the number of coordinates the scheme
+    appends to token vectors (1 for the naive integer index, else 0); a model
+    gives its token embedding ``dim - extra_width`` columns so that the width
+    after the scheme is ``dim``.
+    """
+
+    family: ClassVar[Family] = "none"
+    name: ClassVar[str] = "none"
+    extra_width: ClassVar[int] = 0
+    #: Number of heads the similarity has a separate map for (bias schemes), else None.
+    heads: int | None = None
+
+    # -- the three hooks ---------------------------------------------------
+    def add(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Additive hook: token vectors ``x`` (B, T, D) → (B, T, D + extra_width)."""
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotary hook: queries (B, H, Tq, Dh) and keys (B, H, Tk, Dh) → same shapes."""
+        return q, k
+
+    def attention_bias(self, q_pos: Tensor, k_pos: Tensor, q: Tensor | None = None) -> Tensor | None:
+        """Bias hook: a tensor broadcastable to (B, H, Tq, Tk) added to the logits, or None.
+
+        ``q`` (B, H, Tq, Dh) is given for schemes whose bias depends on the query
+        (Shaw et al.); others ignore it.
+        """
+        return None
+
+    # -- what the lab measures -------------------------------------------
+    def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
+        """Position-only similarity, float64, (Ti, Tj) — or (H, Ti, Tj) if ``heads``.
+
+        The base scheme (NoPE) induces no similarity at all: zeros.
+        """
+        pos_i = check_positions(pos_i, name="pos_i")
+        pos_j = check_positions(pos_j, name="pos_j")
+        return torch.zeros(pos_i.shape[-1], pos_j.shape[-1], dtype=torch.float64)
+
+    def max_position(self) -> int | None:
+        """Largest position the scheme can encode, or None when any position works."""
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        """Plain data saying exactly what this scheme is (name, family, options)."""
+        return {"name": self.name, "family": self.family, **self.options()}
+
+    def options(self) -> dict[str, Any]:
+        """The constructor options this scheme was built with."""
+        return {}
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.options().items())
+
+
+class NoPosition(PositionScheme):
+    """NoPE: no position information at all (Kazemnejad et al., 2023).
+
+    With a causal mask a decoder can still infer positions; without one the
+    attention is permutation-equivariant.
+    """
+
+    family: ClassVar[Family] = "none"
+    name: ClassVar[str] = "none"
+
+
+class AdditiveScheme(PositionScheme):
+    """A table of position vectors combined with the token vectors once, at the input.
+
+    Subclasses implement ``encode(positions) -> (..., T, D)`` (float64 or the
+    parameter dtype); ``add`` casts to the activation dtype and adds.
+    """
+
+    family: ClassVar[Family] = "additive"
+
+    def __init__(self, *, dim: int) -> None:
+        super().__init__()
+        if dim <= 0:
+            raise ValueError(f"dim must be positive, got {dim}")
+        self.dim = dim
+
+    def encode(self, positions: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def add(self, x: Tensor, positions: Tensor) -> Tensor:
+        positions = check_positions(positions)
+        if x.shape[-1] != self.dim:
+            raise ValueError(
+                f"{self.name}: token vectors have width {x.shape[-1]} but the scheme was built "
+                f"with dim={self.dim}"
+            )
+        if positions.shape[-1] != x.shape[-2]:
+            raise ValueError(
+                f"{self.name}: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}"
+            )
+        table = self.encode(positions).to(device=x.device, dtype=x.dtype)  # (T, D) or (B, T, D)
+        return x + table
+
+    def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
+        a = self.encode(check_positions(pos_i, name="pos_i")).double()
+        b = self.encode(check_positions(pos_j, name="pos_j")).double()
+        return a @ b.transpose(-1, -2)
+
+    def options(self) -> dict[str, Any]:
+        return {"dim": self.dim}
+
+
+class RotaryScheme(PositionScheme):
+    """A rotation of queries and keys by position; subclasses implement ``rotate``."""
+
+    family: ClassVar[Family] = "rotary"
+
+
+class BiasScheme(PositionScheme):
+    """A (H, Tq, Tk) term added to attention logits; subclasses implement ``attention_bias``.
+
+    ``similarity`` is the bias itself, per head.
+    """
+
+    family: ClassVar[Family] = "bias"
+
+    def __init__(self, *, num_heads: int) -> None:
+        super().__init__()
+        if num_heads <= 0:
+            raise ValueError(f"num_heads must be positive, got {num_heads}")
+        self.num_heads = num_heads
+        self.heads = num_heads
+
+    def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
+        pos_i = check_positions(pos_i, name="pos_i")
+        pos_j = check_positions(pos_j, name="pos_j")
+        with torch.no_grad():
+            bias = self.attention_bias(pos_i, pos_j)
+        assert bias is not None
+        return bias.double().reshape(-1, pos_i.shape[-1], pos_j.shape[-1])
+
+    def options(self) -> dict[str, Any]:
+        return {"num_heads": self.num_heads}

@@ -1,0 +1,211 @@
+"""Rotary position embedding (RoPE) and the conversion between its two pairings.
+
+RoPE (Su et al., 2021, "RoFormer") rotates each pair of query/key coordinates
+by the angle p·θ_i, θ_i = base^(−2i/R), so that q_m·k_n depends on m − n only.
+Two pairings are in use and are *not* interchangeable without permuting the
+projection weights:
+
+* ``half``  — pairs (x_i, x_{i+R/2}) (GPT-NeoX, HF Llama ``rotate_half``);
+* ``interleaved`` — pairs (x_{2i}, x_{2i+1}) (GPT-J, Meta's original Llama,
+  torchtune).
+
+Angles are formed in float64 from integer positions and only then cast
+(DESIGN.md: precision); the rotation itself runs in at least float32 and the
+result is cast back to the input dtype.
+
+Shape legend: B batch, H heads, T sequence length, Dh head width,
+R rotated width (≤ Dh), P = R/2 rotated pairs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from posenc.positions.absolute import check_even
+from posenc.positions.base import RotaryScheme, check_positions
+
+Pairing = Literal["half", "interleaved"]
+PAIRINGS: tuple[str, ...] = ("half", "interleaved")
+
+
+def rope_frequencies(rotary_dim: int, base: float = 10000.0) -> Tensor:
+    """θ_i = base^(−2i/R) for i = 0 … R/2 − 1, float64."""
+    check_even(rotary_dim, name="rotary_dim", what="RoPE")
+    return base ** (-torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "half") -> Tensor:
+    """Rotate the first 2·P coordinates of ``x`` pairwise; the rest pass through.
+
+    Args:
+        x: (..., T, Dh) queries or keys.
+        cos, sin: (..., T, P), broadcastable against x's leading dims.
+        pairing: "half" or "interleaved".
+
+    Returns:
+        Tensor of x's shape and dtype.
+    """
+    rot = 2 * cos.shape[-1]
+    compute = torch.promote_types(x.dtype, torch.float32)
+    xr = x[..., :rot].to(compute)
+    cos, sin = cos.to(compute), sin.to(compute)
+    if pairing == "half":
+        x1, x2 = xr[..., : rot // 2], xr[..., rot // 2 :]
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    elif pairing == "interleaved":
+        x1, x2 = xr[..., 0::2], xr[..., 1::2]
+        out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    else:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    out = out.to(x.dtype)
+    if rot == x.shape[-1]:
+        return out
+    return torch.cat((out, x[..., rot:]), dim=-1)
+
+
+class RoPE(RotaryScheme):
+    """Rotary position embedding (Su et al., 2021).
+
+    Reference used to verify: HF ``transformers`` Llama (``rotate_half`` with
+    ``inv_freq``) for the half pairing; the complex-multiply form of Meta's
+    Llama / torchtune for the interleaved pairing.
+
+    Subclasses that rescale frequencies (context extension) override
+    ``inv_freq`` and ``attention_factor`` only; application is shared.
+
+    Args:
+        head_dim: width of one attention head.
+        base: the frequency base (10000 in RoFormer; 500000 in Llama 3).
+        pairing: "half" (NeoX/HF) or "interleaved" (GPT-J/Meta).
+        rotary_dim: rotate only the first ``rotary_dim`` coordinates of each
+            head (partial rotary, GPT-NeoX/Phi); default all of them.
+    """
+
+    name: ClassVar[str] = "rope"
+
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        base: float = 10000.0,
+        pairing: Pairing = "half",
+        rotary_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        check_even(rotary_dim, name="rotary_dim", what="RoPE")
+        if rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim={rotary_dim} cannot exceed head_dim={head_dim}")
+        if pairing not in PAIRINGS:
+            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+        if base <= 1:
+            raise ValueError(f"base must be > 1, got {base}")
+        self.head_dim = head_dim
+        self.rotary_dim = rotary_dim
+        self.base = float(base)
+        self.pairing: Pairing = pairing
+
+    # -- frequency transform: the one thing scaled variants change ---------
+    def inv_freq(self) -> Tensor:
+        """Per-pair angular frequencies θ_i, float64 (P,)."""
+        return rope_frequencies(self.rotary_dim, self.base)
+
+    @property
+    def attention_factor(self) -> float:
+        """Factor applied to cos and sin (YaRN's mscale); 1 for plain RoPE."""
+        return 1.0
+
+    # -- application ---------------------------------------------------------
+    def angles(self, positions: Tensor) -> Tensor:
+        """p·θ_i in float64, (..., T, P) for positions (..., T)."""
+        positions = check_positions(positions)
+        return positions.double().unsqueeze(-1) * self.inv_freq().to(positions.device)
+
+    def cos_sin(self, positions: Tensor, *, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
+        """cos and sin of the angles times ``attention_factor``, cast to ``dtype`` at the end."""
+        theta = self.angles(positions)
+        scale = self.attention_factor
+        return (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)
+
+    def apply(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate x (B, H, T, Dh) — or (T, Dh) — by ``positions`` (T,) or (B, T)."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"rope: head width is {x.shape[-1]} but the scheme was built with head_dim={self.head_dim}")
+        positions = check_positions(positions)
+        if positions.shape[-1] != x.shape[-2]:
+            raise ValueError(f"rope: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        cos, sin = self.cos_sin(positions.to(x.device), dtype=dtype)
+        if positions.dim() == 2 and x.dim() == 4:
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
+        return apply_rotary(x, cos, sin, pairing=self.pairing)
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return self.apply(q, q_pos), self.apply(k, k_pos)
+
+    def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
+        """Dot products of rotated all-ones head vectors: Σ_i 2·cos((m−n)θ_i) + (Dh − R)."""
+        a = self.apply(torch.ones(pos_i.shape[-1], self.head_dim, dtype=torch.float64), pos_i)
+        b = self.apply(torch.ones(pos_j.shape[-1], self.head_dim, dtype=torch.float64), pos_j)
+        return a @ b.transpose(-1, -2)
+
+    def options(self) -> dict[str, Any]:
+        return {
+            "head_dim": self.head_dim,
+            "base": self.base,
+            "pairing": self.pairing,
+            "rotary_dim": self.rotary_dim,
+        }
+
+
+def pairing_permutation(head_dim: int, rotary_dim: int | None = None) -> Tensor:
+    """Index map taking interleaved-pairing coordinates to half-pairing ones.
+
+    ``x_half = x_interleaved[..., perm]``: interleaved coordinate 2i goes to
+    half slot i and 2i+1 to slot R/2 + i; coordinates past R stay where they are.
+    """
+    rotary_dim = head_dim if rotary_dim is None else rotary_dim
+    check_even(rotary_dim, name="rotary_dim", what="RoPE")
+    rot = torch.cat((torch.arange(0, rotary_dim, 2), torch.arange(1, rotary_dim, 2)))
+    return torch.cat((rot, torch.arange(rotary_dim, head_dim)))
+
+
+def convert_qk_weight(
+    weight: Tensor,
+    *,
+    num_heads: int,
+    head_dim: int,
+    source: Pairing,
+    target: Pairing,
+    rotary_dim: int | None = None,
+) -> Tensor:
+    """Permute the output rows of a q or k projection weight from one RoPE pairing to another.
+
+    A checkpoint trained with interleaved pairs (Meta Llama) gives the same
+    attention scores under half pairing (HF) once its q and k projection rows
+    are permuted per head — this is the permutation HF's Llama conversion applies.
+
+    Args:
+        weight: (num_heads · head_dim, in_features), nn.Linear layout.
+        source, target: "half" or "interleaved".
+
+    Returns:
+        The permuted weight (a new tensor).
+    """
+    for name, value in (("source", source), ("target", target)):
+        if value not in PAIRINGS:
+            raise ValueError(f"{name} must be one of {PAIRINGS}, got {value!r}")
+    if weight.shape[0] != num_heads * head_dim:
+        raise ValueError(
+            f"weight has {weight.shape[0]} output rows, expected num_heads*head_dim = {num_heads}*{head_dim}"
+        )
+    if source == target:
+        return weight.clone()
+    perm = pairing_permutation(head_dim, rotary_dim)
+    if source == "half":  # invert: half → interleaved
+        perm = torch.argsort(perm)
+    w = weight.reshape(num_heads, head_dim, -1)[:, perm.to(weight.device)]
+    return w.reshape(weight.shape).clone()

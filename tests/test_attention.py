@@ -1,0 +1,90 @@
+import pytest
+import torch
+from torch import nn
+
+from posenc.attention import MultiHeadAttention, build_mask
+from posenc.positions import build
+
+
+def copy_into_torch_mha(ours: MultiHeadAttention) -> nn.MultiheadAttention:
+    ref = nn.MultiheadAttention(ours.dim, ours.num_heads, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+        ref.out_proj.weight.copy_(ours.out_proj.weight)
+        ref.out_proj.bias.copy_(ours.out_proj.bias)
+    return ref
+
+
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_self_attention_equals_torch_mha_with_padding_and_causal(gen, need_weights):
+    heads = int(torch.randint(1, 5, (1,), generator=gen))
+    dim = heads * 2 * int(torch.randint(1, 9, (1,), generator=gen))
+    b, t = 3, int(torch.randint(2, 12, (1,), generator=gen))
+    ours = MultiHeadAttention(dim=dim, num_heads=heads).double()
+    ref = copy_into_torch_mha(ours)
+    x = torch.randn(b, t, dim, generator=gen, dtype=torch.float64)
+    lens = torch.randint(1, t + 1, (b,), generator=gen)
+    pad = torch.arange(t)[None, :] >= lens[:, None]
+    causal = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+    out, w = ours(x, key_padding_mask=pad, causal=True, need_weights=need_weights)
+    ref_out, ref_w = ref(x, x, x, key_padding_mask=pad, attn_mask=causal, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out)
+    if need_weights:
+        torch.testing.assert_close(w, ref_w)
+
+
+def test_cross_attention_equals_torch_mha(gen):
+    dim, heads = 24, 3
+    ours = MultiHeadAttention(dim=dim, num_heads=heads).double()
+    ref = copy_into_torch_mha(ours)
+    x = torch.randn(2, 5, dim, generator=gen, dtype=torch.float64)
+    mem = torch.randn(2, 9, dim, generator=gen, dtype=torch.float64)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[1, 6:] = True
+    out, _ = ours(x, mem, key_padding_mask=pad)
+    torch.testing.assert_close(out, ref(x, mem, mem, key_padding_mask=pad)[0])
+
+
+def test_valid_lens_d2l_semantics_shape_preserved(gen):
+    attn = MultiHeadAttention(dim=100, num_heads=5)
+    x = torch.randn(2, 4, 100, generator=gen)
+    out, w = attn(x, torch.randn(2, 6, 100, generator=gen), valid_lens=torch.tensor([3, 2]), need_weights=True)
+    assert out.shape == x.shape
+    assert torch.all(w[0, ..., 3:] == 0) and torch.all(w[1, ..., 2:] == 0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 5, 4))
+
+
+def test_fully_masked_row_is_finite():
+    attn = MultiHeadAttention(dim=8, num_heads=2)
+    out, _ = attn(torch.randn(1, 3, 8), valid_lens=torch.tensor([0]))
+    assert torch.isfinite(out).all()
+
+
+def test_causal_mask_aligns_queries_to_the_end_of_the_keys():
+    mask = build_mask(batch=1, q_len=2, k_len=5, causal=True)[0, 0]
+    assert mask.tolist() == [[True, True, True, True, False], [True, True, True, True, True]]
+
+
+def test_no_positions_is_permutation_equivariant_and_additive_breaks_it(gen):
+    dim, t = 16, 7
+    attn = MultiHeadAttention(dim=dim, num_heads=2).double()
+    x = torch.randn(1, t, dim, generator=gen, dtype=torch.float64)
+    perm = torch.randperm(t, generator=gen)
+    while torch.equal(perm, torch.arange(t)):
+        perm = torch.randperm(t, generator=gen)
+    torch.testing.assert_close(attn(x[:, perm])[0], attn(x)[0][:, perm])
+    pe = build("sinusoidal", dim=dim, num_heads=2)
+    pos = torch.arange(t)
+    with_pos = lambda z: attn(pe.add(z, pos))[0]
+    assert not torch.allclose(with_pos(x[:, perm]), with_pos(x)[:, perm])
+
+
+def test_bad_shapes_raise():
+    attn = MultiHeadAttention(dim=8, num_heads=2)
+    with pytest.raises(ValueError, match=r"shape \(B, T, 8\)"):
+        attn(torch.randn(2, 3, 6))
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        attn(torch.randn(2, 3, 8), key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="divisible"):
+        MultiHeadAttention(dim=10, num_heads=3)

@@ -95,3 +95,12 @@ def test_similarity_is_sum_of_cosines():
     theta = 100.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16)
     ref = 2 * torch.cos((i[:, None, None] - j[None, :, None]).double() * theta).sum(-1)
     torch.testing.assert_close(rope.similarity(i, j), ref)
+
+
+def test_module_apply_recurses_through_rope():
+    """``model.apply(init_fn)`` must reach every submodule, RoPE's ``apply(x, positions)`` notwithstanding."""
+    from posenc import ModelConfig, build_decoder_only
+    model = build_decoder_only(ModelConfig(vocab_size=11, dim=16, num_heads=2, position="rope"))
+    seen = []
+    model.apply(lambda m: seen.append(type(m).__name__))
+    assert "RoPE" in seen and "DecoderOnlyLM" in seen

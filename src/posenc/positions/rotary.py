@@ -130,8 +130,16 @@ class RoPE(RotaryScheme):
         scale = self.attention_factor
         return (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)
 
-    def apply(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate x (B, H, T, Dh) — or (T, Dh) — by ``positions`` (T,) or (B, T)."""
+    def apply(self, x: Tensor, positions: Tensor | None = None) -> Tensor:  # type: ignore[override]
+        """Rotate x (B, H, T, Dh) — or (T, Dh) — by ``positions`` (T,) or (B, T).
+
+        ``apply(fn)`` with a function keeps ``nn.Module.apply``'s meaning, so
+        ``model.apply(init_fn)`` still recurses through a model holding RoPE.
+        """
+        if positions is None and callable(x):
+            return super().apply(x)  # type: ignore[return-value]
+        if positions is None:
+            raise TypeError("rope.apply(x, positions): positions are required")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"rope: head width is {x.shape[-1]} but the scheme was built with head_dim={self.head_dim}")
         positions = check_positions(positions)

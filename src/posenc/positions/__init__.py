@@ -11,7 +11,13 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from posenc.positions.absolute import LearnedPositions, NaiveIndexPositions, SinusoidalPositions, sinusoid_table
+from posenc.positions.absolute import (
+    LearnedPositions,
+    NaiveIndexPositions,
+    ScaledSinusoidalPositions,
+    SinusoidalPositions,
+    sinusoid_table,
+)
 from posenc.positions.base import (
     AdditiveScheme,
     BiasScheme,
@@ -21,8 +27,23 @@ from posenc.positions.base import (
     check_positions,
     default_positions,
 )
-from posenc.positions.bias import ALiBi, alibi_slopes
+from posenc.positions.bias import KERPLE, ALiBi, KERPLELog, KERPLEPower, T5RelativeBias, alibi_slopes, t5_bucket
+from posenc.positions.fire import FIRE
+from posenc.positions.randomized import RandomizedPositions
+from posenc.positions.relative import ShawRelative
 from posenc.positions.rotary import RoPE, apply_rotary, convert_qk_weight, pairing_permutation
+from posenc.positions.rotary_scaling import (
+    ROPE_SCALINGS,
+    SCALED_ROPES,
+    DynamicNTKRoPE,
+    LinearRoPE,
+    Llama3RoPE,
+    LongRoPE,
+    NTKRoPE,
+    ScaledRoPE,
+    YaRNRoPE,
+)
+from posenc.positions.xpos import XPos
 
 _REGISTRY: dict[str, type[PositionScheme]] = {}
 
@@ -55,7 +76,7 @@ def model_context(cls: type[PositionScheme], *, dim: int, num_heads: int) -> dic
     context: dict[str, Any] = {
         "additive": {"dim": dim - cls.extra_width},
         "rotary": {"head_dim": dim // num_heads},
-        "bias": {"num_heads": num_heads},
+        "bias": {"num_heads": num_heads, "head_dim": dim // num_heads},  # head_dim: q-dependent biases (Shaw)
         "none": {},
     }[cls.family]
     accepted = inspect.signature(cls.__init__).parameters
@@ -81,20 +102,45 @@ def build(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionSch
     return cls(**{**model_context(cls, dim=dim, num_heads=num_heads), **options})
 
 
-for _cls in (NoPosition, SinusoidalPositions, LearnedPositions, NaiveIndexPositions, RoPE, ALiBi):
+for _cls in (
+    NoPosition,
+    # additive
+    SinusoidalPositions, LearnedPositions, NaiveIndexPositions, ScaledSinusoidalPositions, RandomizedPositions,
+    # rotary
+    RoPE, *SCALED_ROPES, XPos,
+    # bias
+    ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative,
+):
     register(_cls)
 
 __all__ = [
     "ALiBi",
     "AdditiveScheme",
     "BiasScheme",
+    "DynamicNTKRoPE",
+    "FIRE",
+    "KERPLE",
+    "KERPLELog",
+    "KERPLEPower",
     "LearnedPositions",
+    "LinearRoPE",
+    "Llama3RoPE",
+    "LongRoPE",
+    "NTKRoPE",
     "NaiveIndexPositions",
     "NoPosition",
     "PositionScheme",
+    "ROPE_SCALINGS",
+    "RandomizedPositions",
     "RoPE",
     "RotaryScheme",
+    "ScaledRoPE",
+    "ScaledSinusoidalPositions",
+    "ShawRelative",
     "SinusoidalPositions",
+    "T5RelativeBias",
+    "XPos",
+    "YaRNRoPE",
     "alibi_slopes",
     "apply_rotary",
     "build",
@@ -107,4 +153,5 @@ __all__ = [
     "pairing_permutation",
     "register",
     "sinusoid_table",
+    "t5_bucket",
 ]

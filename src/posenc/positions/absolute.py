@@ -150,3 +150,44 @@ class NaiveIndexPositions(AdditiveScheme):
 def sinusoid_norm(dim: int) -> float:
     """The norm every sinusoidal row has: √(dim/2) (each sin²+cos² pair is 1)."""
     return math.sqrt(dim / 2)
+
+
+class ScaledSinusoidalPositions(AdditiveScheme):
+    """The sinusoidal table times one learned scalar (Hua et al., 2022, "Transformer Quality in Linear Time").
+
+    Lets the model choose how loud positions are next to token vectors
+    (article 000's "who wins" ratio), starting from ``init_scale``
+    (default D^(−1/2), as in FLASH / x-transformers: row norm 1/√2).
+
+    Reference used to verify: ``sinusoid_table`` times the scale (the
+    sinusoid itself is verified against the float64 formula).
+
+    Args:
+        dim: model width, even.
+        base: the wavelength base.
+        init_scale: initial value of the learned scale; default dim^(−1/2).
+    """
+
+    name: ClassVar[str] = "scaled-sinusoidal"
+
+    def __init__(self, *, dim: int, base: float = 10000.0, init_scale: float | None = None) -> None:
+        super().__init__(dim=dim)
+        check_even(dim, name="dim", what="the sinusoidal encoding")
+        if base <= 1:
+            raise ValueError(f"base must be > 1, got {base}")
+        self.base = float(base)
+        self.init_scale = dim**-0.5 if init_scale is None else float(init_scale)
+        self.scale = nn.Parameter(torch.tensor(self.init_scale))
+
+    def encode(self, positions: Tensor) -> Tensor:
+        table = sinusoid_table(positions, self.dim, self.base).to(device=self.scale.device)
+        return table.to(self.scale.dtype) * self.scale  # (..., T, D), differentiable in the scale
+
+    def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
+        """scale² times the sinusoidal Gram matrix, all in float64."""
+        a = sinusoid_table(pos_i, self.dim, self.base)
+        b = sinusoid_table(pos_j, self.dim, self.base)
+        return float(self.scale.detach()) ** 2 * (a @ b.transpose(-1, -2))
+
+    def options(self) -> dict[str, Any]:
+        return {"dim": self.dim, "base": self.base, "init_scale": self.init_scale}

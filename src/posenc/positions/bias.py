@@ -13,7 +13,7 @@ import math
 from typing import Any, ClassVar
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from posenc.positions.base import BiasScheme, check_positions
 
@@ -74,3 +74,149 @@ class ALiBi(BiasScheme):
 
     def options(self) -> dict[str, Any]:
         return {"num_heads": self.num_heads}
+
+
+def t5_bucket(relative_position: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's relative-position buckets (Raffel et al., 2020), int64, same shape as ``relative_position``.
+
+    ``relative_position`` is key − query. Bidirectional: half the buckets for
+    keys after the query. Causal: keys after the query fall in bucket 0 (with
+    distance 0; a causal mask hides them anyway). Of each half, the first
+    half are exact distances 0 … max_exact − 1, the rest logarithmic bins up to
+    ``max_distance``; farther distances share the last bin.
+
+    The logarithm is taken in float32 as in Mesh TensorFlow's original (and
+    HF's port), so that bucket boundaries, and hence pretrained T5 tables,
+    line up exactly.
+    """
+    if isinstance(relative_position, Tensor) and relative_position.dtype.is_floating_point:
+        raise TypeError(f"relative_position must be an integer tensor, got {relative_position.dtype}")
+    if num_buckets < 2 or (bidirectional and num_buckets < 4):
+        raise ValueError(f"num_buckets={num_buckets} is too small (need >= 2, or >= 4 when bidirectional)")
+    n = relative_position.long()
+    buckets = torch.zeros_like(n)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (n > 0).long() * num_buckets
+        n = n.abs()
+    else:
+        n = (-n).clamp(min=0)
+    max_exact = num_buckets // 2
+    if max_distance <= max_exact:
+        raise ValueError(f"max_distance={max_distance} must exceed the exact range {max_exact} (num_buckets/4 or /2)")
+    # log bins: max_exact + ln(n/max_exact)/ln(max_distance/max_exact)·(num_buckets − max_exact), float32
+    ratio = n.float().clamp(min=max_exact) / max_exact  # clamp: small n take the exact branch below
+    large = max_exact + (torch.log(ratio) / math.log(max_distance / max_exact) * (num_buckets - max_exact)).long()
+    large = large.clamp(max=num_buckets - 1)
+    return buckets + torch.where(n < max_exact, n, large)
+
+
+class T5RelativeBias(BiasScheme):
+    """T5's bucketed relative position bias (Raffel et al., 2020, §2.1): a learned scalar per (bucket, head).
+
+    The bias table is one module; a model shares one scheme instance across
+    all layers of a stack, as T5 does (each of T5's stacks computes it in its
+    first layer and reuses it). T5 folds the 1/√d logit scale into its
+    initialisation; posenc keeps the scale and adds the bias unscaled.
+
+    Reference used to verify: HF ``transformers`` ``T5Attention._relative_position_bucket``
+    (bucketing) and an explicit table lookup (bias).
+
+    Args:
+        num_heads: number of heads H.
+        num_buckets: buckets in total (both directions when bidirectional); 32 in T5.
+        max_distance: distances from here on share the last bucket; 128 in T5.
+        bidirectional: True for encoders (T5's encoder), False for causal decoders.
+        init_std: standard deviation of the table's normal initialisation.
+    """
+
+    name: ClassVar[str] = "t5"
+
+    def __init__(self, *, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
+                 bidirectional: bool = True, init_std: float = 0.02) -> None:
+        super().__init__(num_heads=num_heads)
+        self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bool(bidirectional)
+        t5_bucket(torch.zeros(1, dtype=torch.long), bidirectional=self.bidirectional,
+                  num_buckets=num_buckets, max_distance=max_distance)  # validate now
+        self.init_std = init_std
+        self.table = nn.Embedding(num_buckets, num_heads)
+        nn.init.normal_(self.table.weight, std=init_std)
+
+    def buckets(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Bucket of every (query, key) pair, int64 (Tq, Tk) or (B, Tq, Tk)."""
+        return t5_bucket(relative_distance(q_pos, k_pos), bidirectional=self.bidirectional,
+                         num_buckets=self.num_buckets, max_distance=self.max_distance)
+
+    def attention_bias(self, q_pos: Tensor, k_pos: Tensor, q: Tensor | None = None) -> Tensor:
+        values = self.table(self.buckets(q_pos, k_pos).to(self.table.weight.device))  # (..., Tq, Tk, H)
+        return values.movedim(-1, -3)  # (..., H, Tq, Tk)
+
+    def options(self) -> dict[str, Any]:
+        return {"num_heads": self.num_heads, "num_buckets": self.num_buckets, "max_distance": self.max_distance,
+                "bidirectional": self.bidirectional}
+
+
+class KERPLE(BiasScheme):
+    """KERPLE (Chi et al., 2022, "Kernelized Relative Positional Embedding for Length Extrapolation").
+
+    Conditionally positive definite kernels of the distance |m − n|, one pair
+    of learned positive parameters (r₁, r₂) per head:
+
+    * ``log``:   bias = −r₁·ln(1 + r₂·|m − n|)
+    * ``power``: bias = −r₁·|m − n|^r₂, 0 < r₂ ≤ 2
+
+    As in the authors' code, parameters are clamped to [eps, ∞) (and r₂ ≤ 2 for
+    ``power``) where they are used, and initialised uniformly at random:
+    r₁ ∈ (0, 2), r₂ ∈ (0, 1) for ``log``, (0, 2) for ``power``. Use the
+    registered names ``kerple-log`` and ``kerple-power``.
+
+    Reference used to verify: the paper's formulas (float64).
+
+    Args:
+        num_heads: number of heads H.
+        eps: lower clamp of both parameters.
+    """
+
+    name: ClassVar[str] = "kerple"
+    kernel: ClassVar[str] = "log"
+
+    def __init__(self, *, num_heads: int, eps: float = 1e-2) -> None:
+        super().__init__(num_heads=num_heads)
+        if not eps > 0:
+            raise ValueError(f"eps must be positive, got {eps}")
+        self.eps = float(eps)
+        self.r1 = nn.Parameter(torch.rand(num_heads) * 2)
+        self.r2 = nn.Parameter(torch.rand(num_heads) * (1 if self.kernel == "log" else 2))
+
+    def parameters_used(self) -> tuple[Tensor, Tensor]:
+        """(r₁, r₂) after clamping, (H,) each."""
+        r1 = self.r1.clamp(min=self.eps)
+        r2 = self.r2.clamp(min=self.eps) if self.kernel == "log" else self.r2.clamp(min=self.eps, max=2.0)
+        return r1, r2
+
+    def attention_bias(self, q_pos: Tensor, k_pos: Tensor, q: Tensor | None = None) -> Tensor:
+        distance = relative_distance(q_pos, k_pos).abs().to(device=self.r1.device, dtype=self.r1.dtype)
+        distance = distance.unsqueeze(-3)  # (..., 1, Tq, Tk)
+        r1, r2 = (p.view(-1, 1, 1) for p in self.parameters_used())  # (H, 1, 1)
+        if self.kernel == "log":
+            return -r1 * torch.log1p(r2 * distance)  # (..., H, Tq, Tk)
+        # 0^r₂ is 0, but its gradient in r₂ (0·ln 0) is NaN: raise only distances ≥ 1 to the power
+        powered = distance.clamp(min=1).pow(r2)
+        return -r1 * torch.where(distance > 0, powered, torch.zeros_like(powered))
+
+    def options(self) -> dict[str, Any]:
+        return {"num_heads": self.num_heads, "eps": self.eps}
+
+
+class KERPLELog(KERPLE):
+    """KERPLE, logarithmic kernel: bias = −r₁·ln(1 + r₂·|m − n|) (Chi et al., 2022)."""
+
+    name: ClassVar[str] = "kerple-log"
+    kernel: ClassVar[str] = "log"
+
+
+class KERPLEPower(KERPLE):
+    """KERPLE, power kernel: bias = −r₁·|m − n|^r₂, 0 < r₂ ≤ 2 (Chi et al., 2022)."""
+
+    name: ClassVar[str] = "kerple-power"
+    kernel: ClassVar[str] = "power"

@@ -1,0 +1,96 @@
+"""Randomized positional encodings (Ruoss et al., 2023, ACL).
+
+"Randomized Positional Encodings Boost Length Generalization of
+Transformers": while training, a sequence of T tokens does not get positions
+0 … T − 1 but a sorted random subset of T positions from the larger range
+[0, max_len). The model so sees every position up to max_len during training
+while the *order* stays intact, and at evaluation longer sequences use
+positions it has already seen.
+
+* Training (``module.training`` is True): the given positions only supply the
+  shape; each sequence of the batch draws its own sorted subset from the
+  scheme's own ``torch.Generator`` (``seed`` option), so runs are
+  reproducible and independent of the global RNG.
+* Evaluation: the given positions are used unchanged.
+
+Shape legend: B batch, T sequence length, D width.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor, nn
+
+from posenc.positions.absolute import check_even, sinusoid_table
+from posenc.positions.base import AdditiveScheme, check_positions
+
+
+class RandomizedPositions(AdditiveScheme):
+    """Randomized positions (Ruoss et al., 2023) over a sinusoidal or learned table.
+
+    Reference used to verify: the paper's sampling rule (sorted, without
+    replacement, within [0, max_len)) checked on many draws, and the inner
+    table against ``sinusoid_table`` / the learned rows.
+
+    Args:
+        dim: model width (even for the sinusoidal table).
+        max_len: positions are drawn from [0, max_len); must be ≥ every training length.
+        inner: the encoding evaluated at the drawn positions, "sinusoidal" or "learned"
+            (a learned table has max_len rows).
+        base: the sinusoidal base.
+        seed: seed of the scheme's own generator.
+    """
+
+    name: ClassVar[str] = "randomized"
+
+    def __init__(self, *, dim: int, max_len: int = 2048, inner: Literal["sinusoidal", "learned"] = "sinusoidal",
+                 base: float = 10000.0, seed: int = 0) -> None:
+        super().__init__(dim=dim)
+        if max_len <= 0:
+            raise ValueError(f"max_len must be positive, got {max_len}")
+        if inner not in ("sinusoidal", "learned"):
+            raise ValueError(f"inner must be 'sinusoidal' or 'learned', got {inner!r}")
+        if inner == "sinusoidal":
+            check_even(dim, name="dim", what="the sinusoidal encoding")
+        self.max_len, self.inner, self.base, self.seed = max_len, inner, float(base), int(seed)
+        self.generator = torch.Generator().manual_seed(self.seed)
+        self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02) if inner == "learned" else None
+
+    def reseed(self, seed: int) -> None:
+        """Restart the position draws from ``seed``."""
+        self.seed = int(seed)
+        self.generator.manual_seed(self.seed)
+
+    def sample_positions(self, batch: int, length: int) -> Tensor:
+        """A sorted random subset of ``length`` positions from [0, max_len) per sequence, int64 (B, T)."""
+        if length > self.max_len:
+            raise ValueError(
+                f"randomized: a training sequence of {length} tokens needs max_len >= {length}, got {self.max_len}")
+        draws = [torch.randperm(self.max_len, generator=self.generator)[:length].sort().values for _ in range(batch)]
+        return torch.stack(draws) if draws else torch.zeros(0, length, dtype=torch.long)
+
+    def encode(self, positions: Tensor) -> Tensor:
+        positions = check_positions(positions)
+        if self.weight is None:
+            return sinusoid_table(positions, self.dim, self.base)
+        if positions.numel() and int(positions.max()) >= self.max_len:
+            raise ValueError(
+                f"randomized (learned): the table has {self.max_len} rows but position {int(positions.max())} "
+                "was asked for; raise max_len")
+        return self.weight[positions.to(self.weight.device)]
+
+    def add(self, x: Tensor, positions: Tensor) -> Tensor:
+        if self.training:
+            positions = check_positions(positions)  # only its length counts while training
+            if positions.shape[-1] != x.shape[-2]:
+                raise ValueError(f"randomized: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
+            positions = self.sample_positions(x.shape[0], x.shape[-2]).to(x.device)
+        return super().add(x, positions)
+
+    def max_position(self) -> int | None:
+        return self.max_len - 1 if self.weight is not None else None
+
+    def options(self) -> dict[str, Any]:
+        return {"dim": self.dim, "max_len": self.max_len, "inner": self.inner, "base": self.base, "seed": self.seed}

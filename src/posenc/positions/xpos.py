@@ -1,0 +1,122 @@
+"""xPos: RoPE with a per-pair exponential decay (Sun et al., 2023, "A Length-Extrapolatable Transformer").
+
+Queries at position m are rotated by m·θ_i and scaled by ζ_i^(m/γ); keys at
+position n are rotated by n·θ_i and scaled by ζ_i^(−n/γ), with
+
+    ζ_i = (2i/R + 0.4) / 1.4,   γ = scale_base (512 in the paper),
+
+so that q̃_m·k̃_n = Σ_i ζ_i^((m−n)/γ)·(pair i of q rotated by (m−n)θ_i)·k:
+still a function of m − n only, now decaying with distance (ζ_i < 1).
+
+The scales are taken from position 0, never re-centred, so a position's scale
+is the same in every call (cached decoding equals full decoding). The price is
+range: ζ_0^(±p/γ) leaves the floating-point range at large p (float32:
+p ≈ 36 000 for γ = 512 at any R); ``max_position_for(dtype)`` says where, and
+``rotate`` raises beyond it instead of returning inf/NaN. (torchscale re-centres
+positions on the current sequence, which keeps the scales small but makes a
+cached key's scale depend on the call that produced it.)
+
+Shape legend: B batch, H heads, T sequence length, Dh head width, R rotated
+width, P = R/2 pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from posenc.positions.base import check_positions
+from posenc.positions.rotary import Pairing, RoPE, apply_rotary
+
+
+class XPos(RoPE):
+    """xPos (Sun et al., 2023): RoPE times ζ_i^(m/γ) on queries and ζ_i^(−n/γ) on keys.
+
+    Reference used to verify: the paper's formula restated as a float64 loop
+    (torchscale's ``XPOS`` module is the authors' code; its re-centring of
+    positions is not reproduced, see the module docstring).
+
+    Args:
+        head_dim, base, pairing, rotary_dim: as for ``RoPE``.
+        scale_base: γ, the decay length (512 in the paper).
+        gamma: the ζ offset (0.4 in the paper): ζ_i = (2i/R + gamma)/(1 + gamma).
+    """
+
+    name: ClassVar[str] = "xpos"
+
+    def __init__(self, *, head_dim: int, base: float = 10000.0, pairing: Pairing = "interleaved",
+                 rotary_dim: int | None = None, scale_base: float = 512.0, gamma: float = 0.4) -> None:
+        super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim)
+        if not scale_base > 0:
+            raise ValueError(f"scale_base must be positive, got {scale_base}")
+        if not gamma > 0:
+            raise ValueError(f"gamma must be positive (ζ_0 = gamma/(1+gamma) must be > 0), got {gamma}")
+        self.scale_base, self.gamma = float(scale_base), float(gamma)
+
+    def zeta(self) -> Tensor:
+        """ζ_i = (2i/R + gamma)/(1 + gamma), float64 (P,)."""
+        i = torch.arange(0, self.rotary_dim, 2, dtype=torch.float64)
+        return (i / self.rotary_dim + self.gamma) / (1 + self.gamma)
+
+    def log_scale(self, positions: Tensor) -> Tensor:
+        """ln ζ_i^(p/γ) = (p/γ)·ln ζ_i, float64 (..., T, P)."""
+        positions = check_positions(positions)
+        return positions.double().unsqueeze(-1) / self.scale_base * self.zeta().log().to(positions.device)
+
+    def max_position_for(self, dtype: torch.dtype = torch.float32) -> int:
+        """Largest position whose query and key scales are both normal numbers in ``dtype``."""
+        info = torch.finfo(dtype)
+        headroom = min(math.log(info.max), -math.log(info.tiny))
+        return int(headroom * self.scale_base / -math.log(float(self.zeta()[0])))
+
+    def _scaled_rotation(self, x: Tensor, positions: Tensor, sign: float) -> Tensor:
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"xpos: head width is {x.shape[-1]} but the scheme was built with head_dim={self.head_dim}")
+        positions = check_positions(positions)
+        if positions.shape[-1] != x.shape[-2]:
+            raise ValueError(f"xpos: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
+        dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
+        if positions.numel() and int(positions.max()) > (limit := self.max_position_for(dtype)):
+            raise ValueError(
+                f"xpos: position {int(positions.max())} is beyond {limit}, where ζ^(±p/{self.scale_base:g}) leaves "
+                f"the {dtype} range; use a larger scale_base, float64 activations, or a scheme without decay (rope)")
+        positions = positions.to(x.device)
+        theta = self.angles(positions)
+        scale = (sign * self.log_scale(positions)).exp()  # (..., T, P)
+        cos, sin = (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)  # the scale commutes with the rotation
+        if positions.dim() == 2 and x.dim() == 4:
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P)
+        return apply_rotary(x, cos, sin, pairing=self.pairing)
+
+    def apply(self, x: Tensor, positions: Tensor | None = None) -> Tensor:  # type: ignore[override]
+        """Not defined for xPos: queries and keys are scaled oppositely; use ``apply_query``/``apply_key``.
+
+        ``apply(fn)`` with a function is ``nn.Module.apply``.
+        """
+        if positions is None and callable(x):
+            return super().apply(x)
+        raise TypeError("xpos scales queries by ζ^(m/γ) and keys by ζ^(−n/γ): use rotate(q, k, q_pos, k_pos), "
+                        "apply_query(q, q_pos) or apply_key(k, k_pos)")
+
+    def apply_query(self, q: Tensor, positions: Tensor) -> Tensor:
+        """Rotate and scale queries (..., T, Dh) by ζ^(m/γ)."""
+        return self._scaled_rotation(q, positions, 1.0)
+
+    def apply_key(self, k: Tensor, positions: Tensor) -> Tensor:
+        """Rotate and scale keys (..., T, Dh) by ζ^(−n/γ)."""
+        return self._scaled_rotation(k, positions, -1.0)
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return self._scaled_rotation(q, q_pos, 1.0), self._scaled_rotation(k, k_pos, -1.0)
+
+    def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
+        """Scaled-rotated all-ones query at pos_i · key at pos_j: Σ_i 2·ζ_i^((m−n)/γ)·cos((m−n)θ_i) + (Dh − R)."""
+        q = self._scaled_rotation(torch.ones(pos_i.shape[-1], self.head_dim, dtype=torch.float64), pos_i, 1.0)
+        k = self._scaled_rotation(torch.ones(pos_j.shape[-1], self.head_dim, dtype=torch.float64), pos_j, -1.0)
+        return q @ k.transpose(-1, -2)
+
+    def options(self) -> dict[str, Any]:
+        return {**super().options(), "scale_base": self.scale_base, "gamma": self.gamma}

@@ -171,8 +171,9 @@ class AdditiveScheme(PositionScheme):
         return x + table
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
-        a = self.encode(check_positions(pos_i, name="pos_i")).double()
-        b = self.encode(check_positions(pos_j, name="pos_j")).double()
+        with torch.no_grad():  # plain data for the lab, even for learned tables
+            a = self.encode(check_positions(pos_i, name="pos_i")).double()
+            b = self.encode(check_positions(pos_j, name="pos_j")).double()
         return a @ b.transpose(-1, -2)
 
     def options(self) -> dict[str, Any]:

@@ -73,3 +73,15 @@ def test_gram_similarity_of_additive_scheme():
     pe = build("sinusoidal", dim=16, num_heads=2)
     i, j = torch.arange(5), torch.arange(3, 9)
     torch.testing.assert_close(pe.similarity(i, j), sinusoid_table(i, 16) @ sinusoid_table(j, 16).T)
+
+
+def test_scaled_sinusoid_is_learned_scale_times_table(gen):
+    from posenc.positions import ScaledSinusoidalPositions
+    dim = 2 * int(torch.randint(1, 33, (1,), generator=gen))
+    pe = ScaledSinusoidalPositions(dim=dim).double()
+    assert float(pe.scale.detach()) == pytest.approx(dim**-0.5)
+    pos = torch.randint(0, 10**6, (7,), generator=gen)
+    torch.testing.assert_close(pe.encode(pos), dim**-0.5 * sinusoid_table(pos, dim))
+    pe.add(torch.zeros(1, 7, dim, dtype=torch.float64), pos).sum().backward()
+    torch.testing.assert_close(pe.scale.grad, sinusoid_table(pos, dim).sum())  # d(s·PE)/ds summed
+    torch.testing.assert_close(pe.similarity(pos, pos), dim**-1 * sinusoid_table(pos, dim) @ sinusoid_table(pos, dim).T)

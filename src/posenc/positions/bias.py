@@ -209,14 +209,20 @@ class KERPLE(BiasScheme):
 
 
 class KERPLELog(KERPLE):
-    """KERPLE, logarithmic kernel: bias = −r₁·ln(1 + r₂·|m − n|) (Chi et al., 2022)."""
+    """KERPLE, logarithmic kernel: bias = −r₁·ln(1 + r₂·|m − n|) (Chi et al., 2022).
+
+    Reference used to verify: the paper's formula (float64). See ``KERPLE``.
+    """
 
     name: ClassVar[str] = "kerple-log"
     kernel: ClassVar[str] = "log"
 
 
 class KERPLEPower(KERPLE):
-    """KERPLE, power kernel: bias = −r₁·|m − n|^r₂, 0 < r₂ ≤ 2 (Chi et al., 2022)."""
+    """KERPLE, power kernel: bias = −r₁·|m − n|^r₂, 0 < r₂ ≤ 2 (Chi et al., 2022).
+
+    Reference used to verify: the paper's formula (float64). See ``KERPLE``.
+    """
 
     name: ClassVar[str] = "kerple-power"
     kernel: ClassVar[str] = "power"

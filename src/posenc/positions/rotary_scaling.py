@@ -348,14 +348,13 @@ class DynamicNTKRoPE(_LengthDependentRoPE):
         return {"factor": self.factor, "original_max_len": self.original_max_len}
 
     def inv_freq_per_position(self, positions: Tensor) -> Tensor:
-        # the dynamic_ntk_frequencies formula, vectorised over L = max(p + 1, L₀):
-        # ln θ_i = −(2i/R)·(ln base + R/(R−2)·ln alpha(L))
+        # the dynamic_ntk_frequencies formula, vectorised over L = max(p + 1, L₀): θ_i = base(L)^(−2i/R)
         r = self.rotary_dim
         length = (check_positions(positions) + 1).clamp(min=self.original_max_len).double()
         alpha = self.factor * length / self.original_max_len - (self.factor - 1)
-        log_base = math.log(self.base) + (r / (r - 2) * alpha.log() if r > 2 else 0 * alpha)
-        exponent = torch.arange(0, r, 2, dtype=torch.float64, device=positions.device) / r  # (P,)
-        return torch.exp(-log_base.unsqueeze(-1) * exponent)  # (..., T, P)
+        base = self.base * alpha ** (r / (r - 2)) if r > 2 else torch.full_like(alpha, self.base)
+        exponent = -torch.arange(0, r, 2, dtype=torch.float64, device=positions.device) / r  # (P,)
+        return base.unsqueeze(-1) ** exponent  # (..., T, P)
 
 
 class YaRNRoPE(ScaledRoPE):

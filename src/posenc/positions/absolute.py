@@ -181,7 +181,7 @@ class ScaledSinusoidalPositions(AdditiveScheme):
 
     def encode(self, positions: Tensor) -> Tensor:
         table = sinusoid_table(positions, self.dim, self.base).to(device=self.scale.device)
-        return table.to(self.scale.dtype) * self.scale  # (..., T, D), differentiable in the scale
+        return table * self.scale.double()  # (..., T, D) float64, differentiable in the scale
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         """scale² times the sinusoidal Gram matrix, all in float64."""

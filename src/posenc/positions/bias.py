@@ -70,7 +70,7 @@ class ALiBi(BiasScheme):
         distance = relative_distance(q_pos, k_pos).abs().to(self.slopes.device)  # (Tq, Tk) | (B, Tq, Tk)
         slopes = alibi_slopes(self.num_heads).to(distance.device)  # float64, exact
         bias = -slopes.view(-1, 1, 1) * distance.unsqueeze(-3).double()  # (H, Tq, Tk) | (B, H, Tq, Tk)
-        return bias.float()
+        return bias.to(self.slopes.dtype)  # float32, or float64 after model.double()
 
     def options(self) -> dict[str, Any]:
         return {"num_heads": self.num_heads}

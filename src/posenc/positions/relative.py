@@ -10,9 +10,9 @@ the bias this scheme returns; attention already divides q·k by √Dh, so the
 bias carries its own 1/√Dh.
 
 The paper's value-side term (z_i = Σ_j α_ij (v_j + a^V_{clip(j−i)})) is NOT
-implemented: it would need a hook on the attention output, and the paper's
-own ablation finds the key-side term carries the gain; Huang et al.'s Music
-Transformer drops it too.
+implemented: it would need a hook on the attention output; the paper's own
+ablation suggests the key-side term alone may be sufficient, and Huang et
+al.'s Music Transformer keeps only it.
 
 Computed as q @ a^Kᵀ once per (query, clip distance) — (B, H, Tq, 2k+1) —
 then gathered per key, instead of the naive (Tq, Tk, Dh) tensor of vectors.

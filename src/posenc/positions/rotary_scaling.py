@@ -239,8 +239,9 @@ class ScaledRoPE(RoPE):
 
 
 class LinearRoPE(ScaledRoPE):
-    """RoPE with position interpolation (Chen et al., 2023, "Extending Context Window ... via Positional
-    Interpolation"): θ_i / factor.
+    """RoPE with position interpolation (Chen et al., 2023; kaiokendev): θ_i / factor.
+
+    Paper: "Extending Context Window of Large Language Models via Positional Interpolation".
 
     Reference used to verify: HF ``transformers`` ``ROPE_INIT_FUNCTIONS["linear"]``.
 

@@ -178,3 +178,25 @@ def test_yarn_default_attention_factor_is_paper_formula(gen):
     factor = uniform(gen, 1.0, 64)
     scheme = build("rope-yarn", dim=64, num_heads=4, factor=factor)
     assert scheme.attention_factor == pytest.approx(0.1 * math.log(factor) + 1, rel=1e-12)
+
+
+def test_per_position_rotation_through_rotate_matches_hf_frequencies(gen):
+    """Through the model's path (rotate), position p beyond L₀ is rotated by p·θ_HF(seq_len = p + 1)."""
+    for rope_type, name in (("dynamic", "rope-dynamic-ntk"), ("longrope", "rope-longrope")):
+        ours, params, max_pos = random_case(gen, rope_type)
+        ours = ours | {"original_max_len": 16}
+        params = params | ({"original_max_position_embeddings": 16} if rope_type == "longrope" else {})
+        config = hf_config(ours["head_dim"], ours["rotary_dim"], ours["base"], 16 if rope_type == "dynamic" else max_pos,
+                           **params)
+        positions = torch.randint(0, 64, (9,), generator=gen)
+        scheme = build(name, dim=2 * ours["head_dim"], num_heads=2, pairing="half",
+                       **{key: v for key, v in ours.items() if key != "head_dim"})
+        q = torch.randn(1, 2, 9, ours["head_dim"], generator=gen, dtype=torch.float64)
+        r = ours["rotary_dim"]
+        theta = torch.stack([hf_inv_freq(rope_type, config, p + 1)[0] for p in positions.tolist()])  # (T, P)
+        angles = positions.double()[:, None] * theta
+        factor = scheme.attention_factor
+        cos, sin = factor * torch.cat((angles.cos(),) * 2, -1), factor * torch.cat((angles.sin(),) * 2, -1)
+        q_ref, _ = apply_rotary_pos_emb(q[..., :r], q[..., :r], cos[None], sin[None])
+        q_got, _ = scheme.rotate(q, q, positions, positions)
+        torch.testing.assert_close(q_got[..., :r], q_ref, rtol=1e-4, atol=1e-4)  # HF θ is float32

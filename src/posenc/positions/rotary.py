@@ -120,7 +120,11 @@ class RoPE(RotaryScheme):
 
     # -- application ---------------------------------------------------------
     def angles(self, positions: Tensor) -> Tensor:
-        """p·θ_i in float64, (..., T, P) for positions (..., T)."""
+        """p·θ_i in float64, (..., T, P) for positions (..., T).
+
+        Schemes whose frequencies depend on the position (dynamic NTK, LongRoPE)
+        override this; a cos/sin cache must be built through it.
+        """
         positions = check_positions(positions)
         return positions.double().unsqueeze(-1) * self.inv_freq().to(positions.device)
 

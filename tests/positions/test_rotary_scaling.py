@@ -134,3 +134,16 @@ def test_describe_lists_the_scaling_parameters(name):
     info = build(name, dim=32, num_heads=2).describe()
     assert info["name"] == name and info["family"] == "rotary"
     assert "factor" in info and info["head_dim"] == 16
+
+
+@pytest.mark.parametrize("name", ["rope-dynamic-ntk", "rope-longrope"])
+def test_cache_says_which_frequencies_its_keys_used(name, gen):
+    lm = build_decoder_only(ModelConfig(vocab_size=23, dim=32, num_heads=4, num_layers=1, position=name,
+                                        position_options={"original_max_len": 4})).double().eval()
+    cache = lm.new_cache()
+    lm(torch.randint(0, 23, (1, 6), generator=gen), cache=cache)
+    lm(torch.randint(0, 23, (1, 1), generator=gen), cache=cache)
+    kv = cache[0].self_attn
+    used = lm.position.frequencies_used(kv.positions)  # (7, P)
+    for p, row in zip(kv.positions.tolist(), used):
+        torch.testing.assert_close(row, lm.position.inv_freq_at(p + 1), rtol=1e-13, atol=0)

@@ -299,11 +299,20 @@ class _LengthDependentRoPE(ScaledRoPE):
         """θ for a sequence of ``max_seq_len`` tokens; with per-position frequencies, θ at L₀ (positions < L₀)."""
         return self.inv_freq_at(self.max_seq_len)
 
-    def angles(self, positions: Tensor) -> Tensor:
+    def frequencies_used(self, positions: Tensor) -> Tensor:
+        """θ each position is rotated with, in the current mode, float64 (..., T, P).
+
+        For a KV cache: ``frequencies_used(cache.positions)`` are the
+        frequencies its keys were rotated with.
+        """
         positions = check_positions(positions)
         if self.max_seq_len is not None:
-            return positions.double().unsqueeze(-1) * self.inv_freq_at(self.max_seq_len).to(positions.device)
-        return positions.double().unsqueeze(-1) * self.inv_freq_per_position(positions)
+            return self.inv_freq_at(self.max_seq_len).to(positions.device).expand(*positions.shape, -1)
+        return self.inv_freq_per_position(positions)
+
+    def angles(self, positions: Tensor) -> Tensor:
+        positions = check_positions(positions)
+        return positions.double().unsqueeze(-1) * self.frequencies_used(positions)
 
     def inv_freq_per_position(self, positions: Tensor) -> Tensor:  # pragma: no cover - abstract
         """θ(p + 1) for each position p, float64 (..., T, P); equals ``inv_freq_at(p + 1)`` row by row."""

@@ -197,11 +197,19 @@ def partner_tokens(cfg: LabConfig, *, tokens: int = 6, partner: int = 3, cosine:
 
 
 @experiment("position-vs-content", article="000", title="Adding positions moves attention from topic to neighbour")
-def position_vs_content(cfg: LabConfig, *, tokens: int = 6, partner: int = 3, headline_scale: float = 2.0) -> Finding:
-    """Token 0's attention row with and without the encoding, as a function of the embedding scale."""
+def position_vs_content(cfg: LabConfig, *, tokens: int = 6, partner: int = 3,
+                        headline_scale: float | None = None) -> Finding:
+    """Token 0's attention row with and without the encoding, as a function of the embedding scale.
+
+    Content rows have norm ≈ 1 times the scale; the encoding's norm is √(d/2).
+    The headline scale √d/4 (2 at d = 64) makes content about a third of the
+    encoding; the sweep runs up to 2√d, past the usual ×√d.
+    """
+    headline_scale = math.sqrt(cfg.dim) / 4 if headline_scale is None else headline_scale
     content = partner_tokens(cfg, tokens=tokens, partner=partner)
     pe = sinusoid(cfg).encode(default_positions(tokens))  # (T, d)
-    scales = sorted({1.0, headline_scale, 4.0, math.sqrt(cfg.dim), 2 * math.sqrt(cfg.dim)})
+    root = math.sqrt(cfg.dim)
+    scales = sorted({1.0, headline_scale, root / 2, root, 2 * root})
 
     def rows(scale: float) -> tuple[list[float], list[float]]:
         x = content * scale

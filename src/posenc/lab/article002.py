@@ -171,7 +171,7 @@ def smallest(predicate: Any, hi: int) -> int:
 
 @experiment("complexity", article="002", title="CNN vs RNN vs self-attention, measured")
 def complexity(cfg: LabConfig, *, dim: int | None = None, kernel: int = 3,
-               lengths: tuple[int, ...] = (32, 64, 128, 256, 512), path_lengths: tuple[int, ...] = (8, 16, 32),
+               lengths: tuple[int, ...] = (32, 64, 128, 256), path_lengths: tuple[int, ...] = (8, 16, 32),
                repeats: int = 3) -> Finding:
     """FLOPs and time against n, sequential depth, and maximum path length, for real torch layers.
 
@@ -380,7 +380,7 @@ class PreviousTokenModel(nn.Module):
 
 @functools.lru_cache(maxsize=16)
 def train_previous_token(cfg: LabConfig, scheme: str, *, vocab: int = 16, dim: int = 32, heads: int = 2,
-                         length: int = 16, steps: int = 150, batch: int = 64, lr: float = 3e-3,
+                         length: int = 16, steps: int = 150, batch: int = 32, lr: float = 3e-3,
                          offsets: tuple[int, ...] = (0,)) -> dict[str, Any]:
     """Train the previous-token task with one scheme; accuracy at positions shifted by each offset
     (None where the scheme has no row there). Cached: experiments that need the same run share it."""

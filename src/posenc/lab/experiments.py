@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 # importing the article modules registers their experiments, in SPEC order
@@ -39,16 +41,26 @@ def select(only: Sequence[str] | None) -> list[str]:
 
 
 def run_lab(cfg: LabConfig, *, only: Sequence[str] | None = None, progress: bool = False) -> list[Finding]:
-    """Run the selected experiments in SPEC order; each finding records its wall time."""
+    """Run the selected experiments in SPEC order; each finding records its wall time.
+
+    The experiments work on small tensors, where intra-op threads cost more
+    than they save (and oversubscribe a shared machine), so torch runs
+    single-threaded for the duration; the previous setting is restored.
+    """
     findings = []
     ids = select(only)
-    bar = tqdm(ids, desc="posenc lab", unit="exp", disable=not progress, leave=False)
-    for exp_id in bar:
-        bar.set_postfix_str(exp_id)
-        start = time.perf_counter()
-        finding = EXPERIMENTS[exp_id].run(cfg)
-        finding.seconds = time.perf_counter() - start
-        findings.append(finding)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        bar = tqdm(ids, desc="posenc lab", unit="exp", disable=not progress, leave=False)
+        for exp_id in bar:
+            bar.set_postfix_str(exp_id)
+            start = time.perf_counter()
+            finding = EXPERIMENTS[exp_id].run(cfg)
+            finding.seconds = time.perf_counter() - start
+            findings.append(finding)
+    finally:
+        torch.set_num_threads(threads)
     return findings
 
 
@@ -64,8 +76,6 @@ def property_table(cfg: LabConfig, *, progress: bool = False) -> list[dict[str, 
     for name in tqdm(names(), desc="properties", unit="scheme", disable=not progress, leave=False):
         try:
             cls = lookup(name)
-            import inspect
-
             options = {"base": cfg.base} if "base" in inspect.signature(cls.__init__).parameters else {}
             scheme = build(name, dim=cfg.dim, num_heads=heads, **options)
             rows.append(scheme_properties(scheme, length=cfg.length))

@@ -194,13 +194,13 @@ def fig_naive(f: Finding, out: Path) -> list[str]:
 def fig_pe_module(f: Finding, out: Path) -> list[str]:
     plt = _plt()
     s = f.series
-    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    fig, ax = plt.subplots(figsize=(6.4, 3.3))
     for col, ys in s["columns"].items():
         ax.plot(range(len(ys)), ys, label=f"column {col}")
     ax.set_xlabel("position")
     ax.set_ylabel("value")
     ax.set_title(f"Sinusoid columns over {len(next(iter(s['columns'].values())))} positions (d = {f.params['dim']})")
-    ax.legend(fontsize=8, ncol=4, loc="lower left")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
     names = [_save(fig, out, "pe_columns.png")]
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     im = ax.imshow(s["heatmap"], aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
@@ -344,14 +344,29 @@ def fig_neighbours(f: Finding, out: Path) -> list[str]:
     plt = _plt()
     v = f.values
     factors = f.params["factors"]
-    fig, ax = plt.subplots(figsize=(6.4, 3.0))
-    ax.plot(factors, v["dot_rank_after"], "o-", label="dot product: mean rank of the stretched row")
-    ax.axhline(v["dot_rank_before"], color="tab:blue", ls=":", label="dot product, before stretching")
-    ax.plot(factors, [1 + c for c in v["cosine_lists_changed"]], "s--", color="tab:green",
-            label="cosine: lists changed + 1")
-    ax.set(xscale="log", yscale="log", xlabel="stretch factor", ylabel="rank (1 = front)",
-           title="Stretch one row: dot lists reorder, cosine lists stay")
-    ax.legend(fontsize=8)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.1), gridspec_kw={"width_ratios": [1.3, 1]})
+    ax.plot(factors, v["dot_rank_after"], "o-", label="dot product, stretched")
+    ax.axhline(v["dot_rank_before"], color="tab:blue", ls=":", label="dot product, before")
+    ax.plot(factors, v["cosine_rank_after"], "s--", color="tab:green", label="cosine, stretched")
+    ax.axhline(v["cosine_rank_before"], color="tab:green", ls=":", label="cosine, before")
+    ax.set(xscale="log", yscale="log", xlabel="stretch factor", ylabel="mean rank of the stretched row",
+           title="Rank of one stretched row in others' lists")
+    from matplotlib.ticker import ScalarFormatter
+
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.legend(fontsize=7)
+    lists = v["example_lists"]
+    sid = f.params["stretched"]
+    rows = [[name.replace("_", " "), "  ".join(("[" + str(t) + "]") if t == sid else str(t) for t in ids)]
+            for name, ids in lists.items()]
+    bx.axis("off")
+    table = bx.table(cellText=rows, colLabels=["list", "top neighbours, best first"],
+                     loc="center", cellLoc="left", colWidths=[0.35, 0.65])
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    table.scale(1, 1.5)
+    bx.set_title(f"Token [{sid}] stretched ×{v['example_factor']:g}: lists of token {v['example_token']}",
+                 fontsize=9)
     return [_save(fig, out, "neighbours.png")]
 
 

@@ -15,12 +15,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from posenc.attention import MultiHeadAttention
 from posenc.embedding import OutputHead, TokenEmbedding
 from posenc.lab import measures
 from posenc.lab.core import Finding, LabConfig, experiment
+from posenc.lab.flops import count_flops
 from posenc.positions import build, default_positions, names
 from posenc.transformer import EncoderLayer, ModelConfig, build_decoder_only, build_encoder_decoder
 
@@ -96,14 +96,6 @@ def multihead_shapes(cfg: LabConfig, *, dim: int = 100, num_heads: int = 5, batc
 # -- CNN vs RNN vs self-attention, measured -------------------------------------------------------------
 
 
-def count_flops(fn: Any) -> int:
-    """Floating-point operations torch's FlopCounterMode records for ``fn()`` (2 per multiply-add)."""
-    counter = FlopCounterMode(display=False)
-    with counter, torch.no_grad():
-        fn()
-    return int(counter.get_total_flops())
-
-
 def graph_depth(t: Tensor) -> int:
     """Longest chain of autograd nodes from ``t`` to a leaf: the sequential steps its computation needs."""
     depth: dict[Any, int] = {}
@@ -175,7 +167,7 @@ def complexity(cfg: LabConfig, *, dim: int | None = None, kernel: int = 3,
                repeats: int = 3) -> Finding:
     """FLOPs and time against n, sequential depth, and maximum path length, for real torch layers.
 
-    * FLOPs: ``FlopCounterMode`` on one layer of each kind (Conv1d, RNNCell
+    * FLOPs: torch's own flop formulas (``posenc.lab.flops``) on one layer of each kind (Conv1d, RNNCell
       loop, the library's MultiHeadAttention) at each n.
     * Sequential operations: the longest chain of autograd nodes of one layer's
       output — what no amount of parallel hardware can shorten.

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from posenc.embedding import OutputHead, TokenEmbedding, count_parameters, neighbours, one_hot_lookup
 from posenc.lab.core import Finding, LabConfig, experiment
+from posenc.lab.flops import count_flops
 from posenc.positions import build, default_positions
 
 VOCAB = 1000
@@ -29,19 +30,13 @@ def seeded_embedding(cfg: LabConfig, *, vocab: int = VOCAB, scale: bool = False,
 @experiment("lookup-is-matmul", article="003", title="A lookup is a one-hot matrix product, minus the work")
 def lookup_is_matmul(cfg: LabConfig, *, vocab: int = VOCAB, ids: int = 256) -> Finding:
     """table[id] vs one_hot(id) @ table: equal bit for bit; FLOPs of each, counted."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     emb = seeded_embedding(cfg, vocab=vocab)
     idx = torch.randint(0, vocab, (ids,), generator=cfg.generator(71))
     with torch.no_grad():
         looked = emb(idx)
         product = one_hot_lookup(idx, emb.weight)
-    counts = {}
-    for name, fn in (("lookup", lambda: emb(idx)), ("one_hot_matmul", lambda: one_hot_lookup(idx, emb.weight))):
-        counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():
-            fn()
-        counts[name] = int(counter.get_total_flops())
+    counts = {"lookup": count_flops(lambda: emb(idx)),
+              "one_hot_matmul": count_flops(lambda: one_hot_lookup(idx, emb.weight))}
     equal = bool(torch.equal(looked, product))
     holds = equal and counts["lookup"] == 0 and counts["one_hot_matmul"] == 2 * ids * vocab * cfg.dim
     return Finding(

@@ -402,7 +402,8 @@ section{border-top:2px solid #eee;margin-top:2em;padding-top:.5em}
 .claim{font-size:1.05em} .meta{color:#666;font-size:.85em}
 pre{background:#f8f8f8;padding:.6em;overflow-x:auto;font-size:.8em;max-height:22em}
 img{max-width:100%;display:block;margin:.8em 0;border:1px solid #eee}
-code{background:#f3f3f3;padding:0 .2em}
+code{background:#f3f3f3;padding:0 .2em;word-break:break-word}
+table.values td:first-child{width:14em}
 """
 
 
@@ -471,7 +472,11 @@ def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig
                      f"<code>{esc(json.dumps(_compact(f.params)))}</code></p>")
         for name in figures.get(f.id, []):
             parts.append(f"<img src='{esc(name)}' alt='{esc(f.id)} figure'>")
-        parts.append(f"<pre>{esc(json.dumps(_compact(f.values), indent=1, ensure_ascii=False))}</pre></section>")
+        parts.append("<table class='values'><tr><th>value</th><th>measured</th></tr>")
+        for key, value in f.values.items():
+            text = json.dumps(_compact(value), ensure_ascii=False)
+            parts.append(f"<tr><td><code>{esc(key)}</code></td><td><code>{esc(text)}</code></td></tr>")
+        parts.append("</table></section>")
     parts.append("</body></html>")
     (out / "index.html").write_text("\n".join(parts), encoding="utf-8")
     return out / "index.html"

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
             print()
             print(property_text(rows))
     if args.out != "-":
-        index = write_report(findings, args.out, cfg=cfg, properties=rows)
+        index = write_report(findings, args.out, cfg=cfg, properties=rows, progress=show_progress)
         print(f"report: {index}", file=sys.stderr if args.json else sys.stdout)
     return 0
 

@@ -77,6 +77,7 @@ def property_table(cfg: LabConfig, *, progress: bool = False) -> list[dict[str, 
         try:
             cls = lookup(name)
             options = {"base": cfg.base} if "base" in inspect.signature(cls.__init__).parameters else {}
+            torch.manual_seed(cfg.seed)  # learned tables: the same random rows every run
             scheme = build(name, dim=cfg.dim, num_heads=heads, **options)
             rows.append(scheme_properties(scheme, length=cfg.length))
         except Exception as err:  # noqa: BLE001 - one odd scheme must not hide the others

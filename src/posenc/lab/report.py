@@ -122,14 +122,15 @@ PROPERTY_COLUMNS = [
 
 def property_text(rows: Sequence[dict[str, Any]]) -> str:
     """The property table as fixed-width text."""
-    widths = [max(len(h), 11) for _, h in PROPERTY_COLUMNS]
+    widths = [max(len(h), 9) for _, h in PROPERTY_COLUMNS]
+    widths[0] = max([widths[0]] + [len(str(r.get("name", ""))) for r in rows])
     out = ["  ".join(f"{h:<{w}}" for (_, h), w in zip(PROPERTY_COLUMNS, widths))]
     for row in rows:
         if "error" in row:
             out.append(f"{row['name']:<{widths[0]}}  {row.get('family', '?'):<{widths[1]}}  error: {row['error'][:50]}")
             continue
-        out.append("  ".join(f"{_g(row.get(k)):<{w}}" for (k, _), w in zip(PROPERTY_COLUMNS, widths)))
-    return "\n".join(out)
+        out.append("  ".join(f"{_g(row.get(k)):<{w}}" for (k, _), w in zip(PROPERTY_COLUMNS, widths)).rstrip())
+    return "\n".join(line.rstrip() for line in out)
 
 
 def to_json(findings: Sequence[Finding], *, cfg: LabConfig | None = None, properties: Sequence[dict] | None = None,
@@ -420,16 +421,18 @@ def _compact(value: Any, limit: int = 12) -> Any:
 
 
 def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig,
-                 properties: Sequence[dict[str, Any]] | None = None) -> Path:
+                 properties: Sequence[dict[str, Any]] | None = None, progress: bool = False) -> Path:
     """Write results.json, one PNG per figure and index.html (relative links: opens from disk)."""
+    from tqdm import tqdm
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(to_json(findings, cfg=cfg, properties=properties, series=True)))
     by_id = {f.id: f for f in findings}
     figures: dict[str, list[str]] = {}
-    for f in findings:
-        if f.id in FIGURES:
-            figures[f.id] = FIGURES[f.id](f, out)
+    drawn = [f for f in findings if f.id in FIGURES]
+    for f in tqdm(drawn, desc="figures", unit="fig", disable=not progress, leave=False):
+        figures[f.id] = FIGURES[f.id](f, out)
     if "exercises-learned" in by_id or "exercises-relative" in by_id:
         key = "exercises-relative" if "exercises-relative" in by_id else "exercises-learned"
         figures.setdefault(key, []).extend(fig_exercises(by_id, out))

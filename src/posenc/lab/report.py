@@ -115,7 +115,7 @@ def terminal_table(findings: Sequence[Finding], *, width: int = 100) -> str:
 
 PROPERTY_COLUMNS = [
     ("name", "scheme"), ("family", "family"), ("norm_constant", "norm const"), ("translation_invariant", "i−j only"),
-    ("monotone_decay", "decays"), ("symmetric", "symmetric"), ("shift_residual", "shift resid"),
+    ("monotone_decay", "decays"), ("symmetric", "symmetric"), ("shift_relative", "shift resid"),
     ("defined_beyond", "beyond L"),
 ]
 
@@ -456,7 +456,7 @@ def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig
                      "<p class='meta'>From the similarity each scheme induces between positions alone "
                      f"(positions 0…{cfg.length - 1}; a learned table on the rows it has). Bias schemes are "
                      "measured per head. “decays” is blank where the similarity is not a function of distance; "
-                     "“shift resid” is blank where a scheme has no position vectors.</p><table><tr>")
+                     "“shift resid” is ‖T[p+k] − M_k·T[p]‖ ÷ ‖T[p+k]‖ for the best single map M_k (worst over k = 1, 2, 5, 17, 50), blank where a scheme has no position vectors.</p><table><tr>")
         parts.extend(f"<th>{esc(h)}</th>" for _, h in PROPERTY_COLUMNS)
         parts.append("</tr>")
         for row in properties:

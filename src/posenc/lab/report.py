@@ -398,7 +398,7 @@ color:#222;line-height:1.45}
 h1{margin-bottom:.2em} .sub{color:#666;margin-top:0}
 table{border-collapse:collapse;width:100%;font-size:.9em;margin:1em 0}
 th,td{border-bottom:1px solid #ddd;padding:.35em .5em;text-align:left;vertical-align:top}
-th{background:#f5f5f5} .yes{color:#137333;font-weight:600} .no{color:#c5221f;font-weight:600}
+th{background:#f5f5f5} td:first-child a{white-space:nowrap} .yes{color:#137333;font-weight:600} .no{color:#c5221f;font-weight:600}
 section{border-top:2px solid #eee;margin-top:2em;padding-top:.5em}
 .claim{font-size:1.05em} .meta{color:#666;font-size:.85em}
 pre{background:#f8f8f8;padding:.6em;overflow-x:auto;font-size:.8em;max-height:22em}

@@ -240,12 +240,16 @@ def fig_shift(f: Finding, out: Path) -> list[str]:
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
     ax.bar([i - 0.2 for i in x], [max(r, 1e-18) for r in v["sinusoid_residual"]], 0.4, label="sinusoid")
     ax.bar([i + 0.2 for i in x], v["random_residual"], 0.4, label="random table, same size")
+    for i, (a, b) in enumerate(zip(v["sinusoid_residual"], v["random_residual"])):
+        ax.text(i - 0.2, max(a, 1e-18) * 3, f"{a:.0e}", ha="center", fontsize=7)
+        ax.text(i + 0.2, b * 3, f"{b:.2f}", ha="center", fontsize=7)
     ax.set_xticks(list(x), [str(k) for k in v["offsets"]])
     ax.set_yscale("log")
+    ax.set_ylim(1e-17, 1e3)
     ax.set_xlabel("offset k")
     ax.set_ylabel("max |residual| of the best M_k")
-    ax.set_title("PE(p+k) = M_k·PE(p): one linear map fits the sinusoid, nothing fits random")
-    ax.legend(fontsize=8)
+    ax.set_title("PE(p+k) = M_k·PE(p): one map fits the sinusoid, none fits random")
+    ax.legend(fontsize=8, loc="center right")
     return [_save(fig, out, "shift_residual.png")]
 
 
@@ -305,10 +309,11 @@ def fig_depth(f: Finding, out: Path) -> list[str]:
     plt = _plt()
     v = f.values
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
-    ax.plot(v["depths"], v["accuracy_residual"], "o-", label="x + att(LN(x)) (residual)")
-    ax.plot(v["depths"], v["accuracy_plain"], "s-", label="x ← att(x) (no residual)")
+    x = range(len(v["depths"]))  # evenly spaced: depths 0, 1, 2, 4, … read as steps
+    ax.plot(x, v["accuracy_residual"], "o-", label="x + att(LN(x)) (residual)")
+    ax.plot(x, v["accuracy_plain"], "s-", label="x ← att(x) (no residual)")
     ax.axhline(v["chance"], color="gray", ls=":", label="chance")
-    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xticks(list(x), [str(d) for d in v["depths"]])
     ax.set_xlabel("random attention layers stacked")
     ax.set_ylabel("position probe accuracy")
     ax.set_ylim(0, 1.02)

@@ -422,7 +422,7 @@ def exercises_learned(cfg: LabConfig, *, length: int = 16, steps: int = 150) -> 
 
 
 #: Schemes measured as "relative" when registered (the catalogue may add more).
-RELATIVE_CANDIDATES = ("rope", "shaw", "t5", "kerple", "xpos")  # (FIRE normalises by the query position: not shift-invariant)
+RELATIVE_CANDIDATES = ("rope", "shaw", "t5")  # the exercise's kinds: rotary, Shaw et al., T5 buckets
 
 
 @experiment("exercises-relative", article="002", title="Exercise: relative positions survive a shift")

@@ -87,7 +87,7 @@ def test_sinusoid_norm_distance_and_profile(cfg):
 def test_shift_is_linear(cfg):
     f = EXPERIMENTS["shift-is-linear"].run(cfg)
     table = pe_table(cfg.length, cfg.dim, cfg.base)
-    rnd = (torch.randn(cfg.length, cfg.dim, generator=cfg.generator(5), dtype=torch.float64) / math.sqrt(2)).numpy()
+    rnd = (torch.randn(cfg.length, cfg.dim, generator=cfg.generator(5), dtype=torch.float64) / math.sqrt(cfg.dim)).numpy()
     assert f.values["offsets"] == [1, 2, 5, 17, 50]
     for n, k in enumerate(f.values["offsets"]):
         for t, key in ((table, "sinusoid_residual"), (rnd, "random_residual")):

@@ -1,0 +1,292 @@
+"""Presenting an inspection: terminal summary, PNG figures and a static HTML page.
+
+Plotting lives here, apart from the measures (STYLE.md habit 8): every figure
+is drawn from the plain data :func:`posenc.inspect.inspect_checkpoint` returns.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+SHORT_KEYS = ("norms", "coords", "values")  # long per-row lists left out of --json on the terminal
+
+
+def _fmt(x: Any, digits: int = 4) -> str:
+    if isinstance(x, float):
+        if x == 0 or math.isinf(x) or math.isnan(x):
+            return str(x)
+        return f"{x:.{digits}g}" if abs(x) >= 1e-3 else f"{x:.2e}"
+    return str(x)
+
+
+def compact(data: Any) -> Any:
+    """``data`` without the per-row lists (token norms, PCA coordinates)."""
+    if isinstance(data, dict):
+        return {k: compact(v) for k, v in data.items() if not (k in SHORT_KEYS and isinstance(v, list) and len(v) > 64)}
+    if isinstance(data, list):
+        return [compact(v) for v in data]
+    return data
+
+
+# -- terminal ----------------------------------------------------------------------------------------------
+def summary_lines(result: dict[str, Any]) -> list[str]:
+    """A short human summary: what was found, and the headline numbers."""
+    loc, tying, pos = result["located"], result["tying"], result["position"]
+    lines = [f"checkpoint  {result['source']}  ({result['tensors']} tensors)",
+             f"position    {pos['kind']}" + (f"  {loc['position']}" if loc["position"] else ""),
+             f"token       {loc['token']}",
+             f"head        {loc['head']}  → {tying['status']}: {tying['evidence']}"]
+    if pos["kind"] == "rotary":
+        s = pos["settings"]
+        lines.append(f"rotary      scheme {s['scheme']}  base {s['base']:g}  head_dim {s['head_dim']}  "
+                     f"rotary_dim {s['rotary_dim']}  rope_type {s['rope_type']}")
+        lines.append(f"            translation invariant {pos['translation_invariant']} "
+                     f"(relative spread {_fmt(pos['relative_spread'])}); rises at {pos['monotonic']['increases']} "
+                     f"of {pos['monotonic']['steps']} steps; min {_fmt(pos['monotonic']['min'])} at distance "
+                     f"{pos['monotonic']['argmin']}")
+    a = pos.get("analysis")
+    if a:
+        n, shift, base = a["norms"], a["shift_centred"], a.get("baselines", {})
+        lines.append(f"table       {a['shape'][0]} × {a['shape'][1]}; norm {_fmt(n['norm_min'])} … {_fmt(n['norm_max'])}")
+        lines.append(f"distance    R² of 'depends on i−j only' {_fmt(a['distance_r2'], 3)}"
+                     + (f" (sinusoid {_fmt(base['sinusoid']['distance_r2'], 3)}, random "
+                        f"{_fmt(base['random']['distance_r2'], 3)})" if base else ""))
+        mono = a["monotonic"]["cosine"]
+        lines.append(f"cosine      vs distance rises at {mono['increases']} of {mono['steps']} steps; "
+                     f"{_fmt(mono['head'][1], 3)} at 1, min {_fmt(mono['min'], 3)} at {mono['argmin']}, "
+                     f"{_fmt(mono['last'], 3)} at {mono['steps']}")
+        lines.append("shift       k:            " + "  ".join(f"{k:>8}" for k in shift["offsets"]))
+        lines.append("  table (centred) rel.res " + "  ".join(f"{_fmt(v, 3):>8}" for v in shift["relative_residual"]))
+        for name in ("sinusoid", "random"):
+            if name in base:
+                vals = base[name]["shift"]["relative_residual"]
+                lines.append(f"  {name:<22}" + "  ".join(f"{_fmt(v, 3):>8}" for v in vals))
+        pca = a["pca"]
+        lines.append("pca         variance " + ", ".join(_fmt(v, 3) for v in pca["explained"])
+                     + "; periods " + ", ".join(_fmt(c["period"], 3) for c in pca["components"]))
+    tok = result.get("tokens")
+    if tok:
+        q = tok["norm_quantiles"]
+        lines.append(f"tokens      {tok['shape'][0]} × {tok['shape'][1]}; norm min {_fmt(q['min'])} median "
+                     f"{_fmt(q['median'])} max {_fmt(q['max'])}; a row tops its own dot-product list in "
+                     f"{_fmt(100 * tok['self_score']['self_top'], 4)}% of {tok['self_score']['sampled']}")
+        for e in tok["neighbours"]:
+            lines.append(f"  {e['token']!r:<12} cosine: {', '.join(n['token'] for n in e['cosine'])}")
+            lines.append(f"  {'':<12} dot:    {', '.join(n['token'] for n in e['dot'])}")
+    lines += [f"note        {n}" for n in result["notes"]]
+    return lines
+
+
+# -- figures -----------------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def figures(result: dict[str, Any], out: Path) -> dict[str, str]:
+    """Write the PNG figures for ``result`` into ``out``; returns {key: file name}."""
+    plt = _plt()
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+
+    def save(fig, key: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / f"{key}.png", dpi=80)
+        plt.close(fig)
+        files[key] = f"{key}.png"
+
+    pos = result["position"]
+    a = pos.get("analysis")
+    if a:
+        n = a["shape"][0]
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.plot(a["norms"]["norms"], lw=1)
+        ax.set(xlabel="position", ylabel="‖P[p]‖", title="norm by position")
+        save(fig, "norms")
+
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+        base = a.get("baselines", {})
+        axes[0].plot(a["cosine_profile"], lw=1, label="this table")
+        for name, style in (("sinusoid", "--"), ("random", ":")):
+            if name in base:
+                axes[0].plot(base[name]["cosine_profile"], style, lw=1, label=f"{name} {n}×{a['shape'][1]}")
+        axes[0].set(xlabel="distance δ = j − i", ylabel="mean cos(P[i], P[i+δ])", title="similarity vs distance")
+        axes[0].axhline(0, color="grey", lw=0.5)
+        axes[0].legend(fontsize=8)
+        limit = min(n, 64)
+        axes[1].plot(range(limit), a["cosine_profile"][:limit], ".-", lw=1, label="this table")
+        if "sinusoid" in base:
+            axes[1].plot(range(limit), base["sinusoid"]["cosine_profile"][:limit], "--", lw=1, label="sinusoid")
+        axes[1].set(xlabel="distance δ", title=f"first {limit} distances")
+        axes[1].legend(fontsize=8)
+        save(fig, "profile")
+
+        fig, ax = plt.subplots(figsize=(4.4, 3.8))
+        step = a["cosine_gram"]["step"]
+        extent = (-0.5 * step, (len(a["cosine_gram"]["values"]) - 0.5) * step) * 2
+        im = ax.imshow(a["cosine_gram"]["values"], cmap="RdBu_r", vmin=-1, vmax=1,
+                       extent=(extent[0], extent[1], extent[1], extent[0]))
+        ax.set(xlabel="position j", ylabel="position i", title="cos(P[i], P[j])")
+        fig.colorbar(im, ax=ax, shrink=0.8)
+        save(fig, "gram")
+
+        fig, ax = plt.subplots(figsize=(6, 3.2))
+        offsets = a["shift_centred"]["offsets"]
+        ax.plot(offsets, a["shift_centred"]["relative_residual"], "o-", label="this table (centred)")
+        ax.plot(offsets, a["shift"]["relative_residual"], "x--", label="this table (raw)")
+        for name, style in (("sinusoid", "s:"), ("random", "^:")):
+            if name in base:
+                ax.plot(offsets, [max(v, 1e-16) for v in base[name]["shift"]["relative_residual"]], style, label=name)
+        ax.set(xscale="log", yscale="log", xlabel="shift k", ylabel="‖P[p+k] − M_k P[p]‖ / ‖P[p+k]‖",
+               title="is a shift one linear map? (least squares)")
+        ax.legend(fontsize=8)
+        save(fig, "shift")
+
+        coords = a["pca"].get("coords")
+        if coords and len(coords[0]) >= 3:
+            c = list(zip(*coords))
+            fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+            for ax, (x, y) in zip(axes[:2], ((0, 1), (1, 2))):
+                sc = ax.scatter(c[x], c[y], c=range(len(c[x])), s=6, cmap="viridis")
+                ax.plot(c[x], c[y], lw=0.3, color="grey")
+                ax.set(xlabel=f"PC{x + 1}", ylabel=f"PC{y + 1}", title=f"PC{x + 1} vs PC{y + 1} (colour: position)")
+            fig.colorbar(sc, ax=axes[1], shrink=0.8)
+            first = min(n, 96)
+            for i in range(min(4, len(c))):
+                axes[2].plot(c[i][:first], lw=0.8, label=f"PC{i + 1} ({100 * a['pca']['explained'][i]:.1f}%)")
+            axes[2].set(xlabel="position", title=f"components along the first {first} positions")
+            axes[2].legend(fontsize=7)
+            save(fig, "pca")
+    if pos["kind"] == "rotary":
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.plot(pos["similarity_profile"], lw=1)
+        ax.set(xlabel="distance m − n", ylabel="rotated all-ones q·k",
+               title=f"{pos['settings']['scheme']} (base {pos['settings']['base']:g}) induced similarity")
+        save(fig, "rotary")
+    for rel in result.get("relative", []):
+        fig, ax = plt.subplots(figsize=(6, 3))
+        im = ax.imshow(rel["bias_by_bucket"], aspect="auto", cmap="RdBu_r")
+        ax.set(xlabel="bucket", ylabel="head", title=rel["tensor"])
+        fig.colorbar(im, ax=ax)
+        save(fig, "relative_" + rel["tensor"].replace(".", "_"))
+    tok = result.get("tokens")
+    if tok and tok.get("norms"):
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.hist(tok["norms"], bins=100)
+        ax.set(xlabel="‖E[id]‖", ylabel="tokens", yscale="log", title=f"token-row norms ({tok['shape'][0]} rows)")
+        save(fig, "token_norms")
+    return files
+
+
+# -- HTML --------------------------------------------------------------------------------------------------
+_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;
+font-size:14px}th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.3em 0}
+code{background:#f5f5f5;padding:0 3px}.note{color:#8a4b00}"""
+
+
+def _table(rows: list[list[Any]], header: list[str] | None = None) -> str:
+    head = "<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in header) + "</tr>" if header else ""
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table>{head}{body}</table>"
+
+
+def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path:
+    """Write ``index.html`` (and ``inspect.json``) into ``out``; figures must already be there."""
+    loc, tying, pos = result["located"], result["tying"], result["position"]
+    parts = [f"<h1>posenc inspect</h1><p><code>{html.escape(result['source'])}</code> — "
+             f"{result['tensors']} tensors; config {html.escape(json.dumps(result['config']))}</p>",
+             "<h2>What was found</h2>",
+             _table([["position", pos["kind"], loc["position"] or "—"], ["token table", "", loc["token"] or "—"],
+                     ["output head", tying["status"], loc["head"] or "—"], ["tying evidence", "", tying["evidence"]],
+                     ["vocabulary", "", result["vocab_source"] or "— (ids shown)"]], ["role", "", "tensor"])]
+    parts += [f"<p class=note>{html.escape(n)}</p>" for n in result["notes"]]
+    if pos["kind"] == "rotary":
+        s = pos["settings"]
+        parts.append("<h2>Rotary positions (from config.json)</h2>")
+        parts.append(_table([[k, s[k]] for k in ("scheme", "base", "head_dim", "rotary_dim", "pairing", "rope_type")]
+                            + [["translation invariant", pos["translation_invariant"]],
+                               ["relative diagonal spread", pos["relative_spread"]],
+                               ["rises (of steps)", f"{pos['monotonic']['increases']} of {pos['monotonic']['steps']}"],
+                               ["minimum at distance", pos["monotonic"]["argmin"]]]))
+    a = pos.get("analysis")
+    if a:
+        base = a.get("baselines", {})
+        parts.append(f"<h2>Position table ({a['shape'][0]} × {a['shape'][1]})</h2>")
+        n = a["norms"]
+        parts.append(_table([["norm min / mean / max", f"{_fmt(n['norm_min'])} / {_fmt(n['norm'])} / {_fmt(n['norm_max'])}"],
+                             ["share of ‖P‖² in the mean row", a["mean_row_share"]],
+                             ["distance R² (1 = depends on i−j only)", a["distance_r2"]],
+                             ["relative diagonal spread (lab)", a["profile"]["relative_spread"]]]
+                            + [[f"{k}: distance R²", v["distance_r2"]] for k, v in base.items()]))
+        for key, caption in (("norms", "Norm of each position vector."),
+                             ("profile", "Mean cosine between positions δ apart, against a sinusoidal and a random "
+                                         "table of the same size."),
+                             ("gram", "Cosine between every pair of positions."),
+                             ("shift", "Relative residual of the best linear map P[p] → P[p+k] (least squares over "
+                                       "all p)."),
+                             ("pca", "Principal components of the centred table.")):
+            if key in files:
+                parts.append(f"<figure><img src='{files[key]}'><figcaption>{caption}</figcaption></figure>")
+        mono = a["monotonic"]
+        parts.append("<h3>Monotonicity</h3>" + _table(
+            [[name, m["increases"], m["steps"], m["first"], m["min"], m["argmin"], m["last"]]
+             for name, m in mono.items()]
+            + [[f"{k} (cosine)", v["monotonic_cosine"]["increases"], v["monotonic_cosine"]["steps"],
+                v["monotonic_cosine"]["first"], v["monotonic_cosine"]["min"], v["monotonic_cosine"]["argmin"],
+                v["monotonic_cosine"]["last"]] for k, v in base.items()],
+            ["profile", "rises", "steps", "at 0", "min", "argmin", "last"]))
+        sh = a["shift_centred"]
+        parts.append("<h3>Shift is linear?</h3>" + _table(
+            [["this table (centred)", *sh["relative_residual"]], ["this table (raw)", *a["shift"]["relative_residual"]]]
+            + [[k, *v["shift"]["relative_residual"]] for k, v in base.items()]
+            + [["equations per unknown", *sh["equations_per_unknown"]]],
+            ["relative residual, k =", *sh["offsets"]]))
+        pca = a["pca"]
+        parts.append("<h3>Principal components</h3>" + _table(
+            [[f"PC{i + 1}", pca["explained"][i], pca["cumulative"][i], c["period"], c["r2"]]
+             for i, c in enumerate(pca["components"])],
+            ["component", "variance share", "cumulative", "best-sinusoid period (positions)", "sinusoid R²"]))
+    if "rotary" in files:
+        parts.append(f"<img src='{files['rotary']}'>")
+    for rel in result.get("relative", []):
+        key = "relative_" + rel["tensor"].replace(".", "_")
+        parts.append(f"<h2>Relative bias {html.escape(rel['tensor'])} {rel['shape']}</h2><img src='{files[key]}'>")
+    tok = result.get("tokens")
+    if tok:
+        q = tok["norm_quantiles"]
+        parts.append(f"<h2>Token table ({tok['shape'][0]} × {tok['shape'][1]})</h2>")
+        parts.append(_table([list(q.values())], list(q)))
+        if "token_norms" in files:
+            parts.append(f"<img src='{files['token_norms']}'>")
+        parts.append("<h3>Longest and shortest rows</h3>" + _table(
+            [[f"{lo['token']} ({_fmt(lo['norm'])})", f"{hi['token']} ({_fmt(hi['norm'])})"]
+             for lo, hi in zip(tok["shortest"], tok["longest"])], ["shortest", "longest"]))
+        ss = tok["self_score"]
+        parts.append(f"<p>Used as the hidden vector, a row scores highest on itself (dot product) for "
+                     f"{_fmt(100 * ss['self_top'])}% of {ss['sampled']} sampled rows.</p>")
+        parts.append("<h3>Neighbours: cosine vs dot product</h3>" + _table(
+            [[e["token"], ", ".join(n["token"] for n in e["cosine"]), ", ".join(n["token"] for n in e["dot"]),
+              ", ".join(e["dot_only"]) or "—"] for e in tok["neighbours"]],
+            ["token", "by cosine", "by dot product", "only by dot"]))
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>posenc inspect</title><style>{_CSS}</style>"
+            f"</head><body>{''.join(parts)}</body></html>")
+    (out / "index.html").write_text(page, encoding="utf-8")
+    return out / "index.html"
+
+
+def write_report(result: dict[str, Any], out: str | Path) -> Path:
+    """Figures, ``index.html`` and ``inspect.json`` in ``out``; returns the HTML path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = figures(result, out)
+    (out / "inspect.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    return write_html(result, out, files)

@@ -20,7 +20,8 @@ def run(args: argparse.Namespace) -> int:
     tokens = [t for t in args.tokens.split(",") if t] if args.tokens else None
     result = inspect_checkpoint(args.path, position_tensor=args.position_tensor, token_tensor=args.token_tensor,
                                 head_tensor=args.head_tensor, position_offset=args.position_offset,
-                                tokens=tokens, k=args.neighbours, max_positions=args.max_positions, seed=args.seed)
+                                tokens=tokens, k=args.neighbours, max_positions=args.max_positions, seed=args.seed,
+                                sample=args.sample)
     page = write_report(result, args.out) if args.out else None
     if args.json:
         print(json.dumps(compact(result), indent=1))
@@ -48,6 +49,8 @@ def register(sub: Any) -> None:
     p.add_argument("--neighbours", type=int, default=8, metavar="K", help="neighbours per list (default 8)")
     p.add_argument("--max-positions", type=int, default=1024, metavar="N",
                    help="positions measured for a rotary scheme read from config.json (default 1024)")
+    p.add_argument("--sample", type=int, default=1000, metavar="N",
+                   help="token rows sampled to count how often a row tops its own dot-product list (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline and samples")
     p.add_argument("--list-tensors", action="store_true", help="list the checkpoint's tensors and exit")
     p.set_defaults(func=run)

@@ -69,6 +69,7 @@ def inspect_checkpoint(
     k: int = 8,
     max_positions: int = ROTARY_POSITIONS,
     seed: int = 0,
+    sample: int = 1000,
 ) -> dict[str, Any]:
     """Measure a checkpoint's position and token embeddings.
 
@@ -81,6 +82,7 @@ def inspect_checkpoint(
         k: neighbours per list.
         max_positions: positions measured for a rotary scheme read from the config.
         seed: seed of the random baseline and of the self-score sample.
+        sample: token rows sampled for the self-score (each costs one V × d product).
 
     Returns:
         Plain data: ``source``, ``tensors``, ``config``, ``located``, ``tying``,
@@ -124,7 +126,7 @@ def inspect_checkpoint(
     result["relative"] = _relative(ckpt, found.relative)
     if found.token is not None:
         result["tokens"] = analyse_tokens(to_float64(ckpt.tensor(found.token)), ckpt.vocab, tokens=tokens,
-                                          k=k, seed=seed)
+                                          k=k, sample=sample, seed=seed)
         result["tokens"]["tensor"] = found.token
     else:
         result["tokens"] = None

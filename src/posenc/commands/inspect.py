@@ -17,11 +17,18 @@ def run(args: argparse.Namespace) -> int:
             entry = ckpt.entries[name]
             print(f"{name:<70} {entry.dtype:<5} {list(entry.shape)}")
         return 0
+    rows = None
+    if args.rows:
+        start, _, stop = args.rows.partition(":")
+        try:
+            rows = (int(start or 0), int(stop) if stop else None)
+        except ValueError:
+            raise ValueError(f"--rows must look like START:STOP (e.g. 0:128), got {args.rows!r}") from None
     tokens = [t for t in args.tokens.split(",") if t] if args.tokens else None
     result = inspect_checkpoint(args.path, position_tensor=args.position_tensor, token_tensor=args.token_tensor,
                                 head_tensor=args.head_tensor, position_offset=args.position_offset,
                                 tokens=tokens, k=args.neighbours, max_positions=args.max_positions, seed=args.seed,
-                                sample=args.sample)
+                                sample=args.sample, rows=rows)
     page = write_report(result, args.out) if args.out else None
     if args.json:
         print(json.dumps(compact(result), indent=1))
@@ -45,6 +52,8 @@ def register(sub: Any) -> None:
     p.add_argument("--head-tensor", metavar="NAME", help="name of the output head (overrides the search)")
     p.add_argument("--position-offset", type=int, metavar="K",
                    help="rows before position 0 in the position table (OPT/BART: 2, detected from config)")
+    p.add_argument("--rows", metavar="START:STOP",
+                   help="measure only these positions of a learned table (e.g. 0:128, the fine-tuned ones)")
     p.add_argument("--tokens", metavar="W1,W2,...", help="words (or #id) to list neighbours for")
     p.add_argument("--neighbours", type=int, default=8, metavar="K", help="neighbours per list (default 8)")
     p.add_argument("--max-positions", type=int, default=1024, metavar="N",

@@ -13,6 +13,11 @@ table:
 * **centring**: learned tables carry a large common component (the mean row);
   it dominates raw dot products and is trivially carried by any shift map, so
   the shift fit and the cosine profile are also given for the centred table;
+* **a determined shift fit**: M_k has d² unknowns fitted from (L − k)·d
+  equations, so when L − k is not well above d any table — noise included —
+  fits (at L − k ≤ d exactly). The fit is therefore also made on the table's
+  coordinates in its first r = min(d, L/8) principal components (≥ 8 equations
+  per unknown, as in the article's 512 × 64 sinusoid), for the baselines too;
 * **distance R²**: the share of the Gram matrix's variance explained by a
   function of i − j alone (1 for a translation-invariant similarity), a graded
   version of the lab's exact spread test, which any learned table fails;
@@ -92,22 +97,41 @@ def sinusoid_likeness(series: Tensor) -> dict[str, float]:
     return {"cycles": cycles, "period": n / cycles if cycles else math.inf, "r2": r2}
 
 
+def pc_coordinates(table: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Coordinates (L, k) of the centred rows in their first ``k`` principal directions, and all shares of variance."""
+    t = table.detach().double()
+    u, s, _ = torch.linalg.svd(t - t.mean(0), full_matrices=False)  # u (L, r), s (r,)
+    var = s**2
+    share = var / var.sum() if float(var.sum()) > 0 else var
+    return u[:, :k] * s[:k], share
+
+
+def shift_in_components(table: Tensor, offsets: Sequence[int], *, per_unknown: int = 8) -> dict[str, Any]:
+    """The lab's ``shift_residual`` on the table's first r principal coordinates, r = min(d, L // per_unknown).
+
+    Returns:
+        the lab's result plus ``components`` (r) and ``variance_kept`` (their share of the variance).
+    """
+    length, width = table.shape
+    r = max(2, min(width, length // per_unknown))
+    coords, share = pc_coordinates(table, r)
+    return {"components": r, "variance_kept": float(share[:r].sum()), **shift_residual(coords, offsets)}
+
+
 def principal_components(table: Tensor, *, k: int = 6) -> dict[str, Any]:
     """PCA of the centred table: explained variance and each position's first coordinates.
 
     Returns:
+        ``components_for`` (how many components hold 50 / 90 / 99 % of the variance),
         ``explained`` (share of variance of the first ``k`` components),
         ``cumulative``, ``coords`` (L × min(k, 3) projections, for plots) and
         ``components`` (per component: ``sinusoid_likeness`` of its trajectory).
     """
-    t = table.detach().double()
-    centred = t - t.mean(0)
-    u, s, _ = torch.linalg.svd(centred, full_matrices=False)  # u (L, r), s (r,)
-    var = s**2
-    share = var / var.sum() if float(var.sum()) > 0 else var
-    k = min(k, s.numel())
-    coords = u[:, :k] * s[:k]  # (L, K): projections on the components
+    k = min(k, *table.shape)
+    coords, share = pc_coordinates(table, k)  # (L, K): projections on the components
+    cumulative = share.cumsum(0)
     return {
+        "components_for": {f"{q:g}": int((cumulative < q - 1e-12).sum()) + 1 for q in (0.5, 0.9, 0.99)},
         "explained": share[:k].tolist(),
         "cumulative": share[:k].cumsum(0).tolist(),
         "coords": coords.tolist(),
@@ -146,7 +170,7 @@ def analyse_positions(table: Tensor, *, offsets: Sequence[int] = SHIFT_OFFSETS, 
         ``table_distance_profile`` of the Gram), ``cosine_profile``,
         ``distance_r2``, ``monotonic`` (lab ``monotonicity`` of the Gram and of
         the cosine profile), ``shift`` and ``shift_centred`` (lab
-        ``shift_residual``), ``pca`` and, when ``compare``, the same summary
+        ``shift_residual``), ``shift_pcs`` (``shift_in_components``), ``pca`` and, when ``compare``, the same summary
         for the sinusoid and random baselines under ``baselines``.
     """
     t = table.detach().double()
@@ -166,6 +190,7 @@ def analyse_positions(table: Tensor, *, offsets: Sequence[int] = SHIFT_OFFSETS, 
         "monotonic": {"gram": monotonicity(profile["mean"]), "cosine": monotonicity(cos)},
         "shift": shift_residual(t, used),
         "shift_centred": shift_residual(t - t.mean(0), used),
+        "shift_pcs": shift_in_components(t, used),
         "pca": principal_components(t),
         "cosine_gram": cosine_gram(t),
     }
@@ -180,6 +205,7 @@ def analyse_positions(table: Tensor, *, offsets: Sequence[int] = SHIFT_OFFSETS, 
                 "distance_r2": distance_r2(base),
                 "monotonic_cosine": monotonicity(cosine_profile(base)),
                 "shift": shift_residual(base, used),
+                "shift_pcs": shift_in_components(base, used),
                 "pca": {k: v for k, v in principal_components(base).items() if k != "coords"},
             }
     return out

@@ -70,6 +70,7 @@ def inspect_checkpoint(
     max_positions: int = ROTARY_POSITIONS,
     seed: int = 0,
     sample: int = 1000,
+    rows: tuple[int, int | None] | None = None,
 ) -> dict[str, Any]:
     """Measure a checkpoint's position and token embeddings.
 
@@ -83,6 +84,8 @@ def inspect_checkpoint(
         max_positions: positions measured for a rotary scheme read from the config.
         seed: seed of the random baseline and of the self-score sample.
         sample: token rows sampled for the self-score (each costs one V × d product).
+        rows: measure only positions ``start … stop − 1`` of a learned table (e.g. the
+            positions a model was fine-tuned on); default all.
 
     Returns:
         Plain data: ``source``, ``tensors``, ``config``, ``located``, ``tying``,
@@ -107,8 +110,12 @@ def inspect_checkpoint(
     }
     if found.position is not None:
         table = to_float64(ckpt.tensor(found.position))[found.position_offset :]
-        result["position"] = {"kind": "learned", "tensor": found.position,
-                              "analysis": analyse_positions(table, seed=seed)}
+        start, stop = (0, None) if rows is None else rows
+        stop = table.shape[0] if stop is None else stop
+        if not 0 <= start < stop <= table.shape[0] or stop - start < 2:
+            raise ValueError(f"rows {start}:{stop} must select at least 2 of the table's {table.shape[0]} positions")
+        result["position"] = {"kind": "learned", "tensor": found.position, "rows": [start, stop],
+                              "analysis": analyse_positions(table[start:stop], seed=seed)}
         if rope_from_config(cfg) is not None:
             result["notes"].append("the config also has rotary settings; the learned table is what is measured")
     else:

@@ -13,6 +13,7 @@ from posenc.inspect.analysis import (
     analyse_tokens,
     distance_r2,
     pick_tokens,
+    plane_rotation,
     principal_components,
     self_score,
     sinusoid_likeness,
@@ -63,7 +64,7 @@ def test_distance_r2_against_a_naive_loop(gen):
 
 
 def test_sinusoid_likeness_finds_the_frequency(gen):
-    n, cycles = 200, int(torch.randint(2, 40, (1,), generator=gen))
+    n, cycles = 200, int(torch.randint(16, 320, (1,), generator=gen)) / 8
     p = torch.arange(n, dtype=torch.float64)
     phase = float(torch.rand(1, generator=gen)) * 6
     series = 3.0 * torch.sin(2 * math.pi * cycles * p / n + phase) + 0.5
@@ -71,6 +72,16 @@ def test_sinusoid_likeness_finds_the_frequency(gen):
     assert fit["cycles"] == cycles and fit["period"] == pytest.approx(n / cycles)
     assert fit["r2"] == pytest.approx(1.0, abs=1e-10)
     assert sinusoid_likeness(torch.randn(n, generator=gen, dtype=torch.float64))["r2"] < 0.2
+
+
+def test_plane_rotation_of_a_circle(gen):
+    step = 360.0 * int(torch.randint(1, 49, (1,), generator=gen)) / 100  # whole turns: the mean is the centre
+    p = torch.arange(100, dtype=torch.float64)
+    circle = torch.stack((torch.cos(p * math.radians(step)), torch.sin(p * math.radians(step))), 1) * 2.5 + 1.0
+    rot = plane_rotation(circle)
+    assert rot["step_degrees"] == pytest.approx(step, abs=1e-9) and rot["step_degrees_std"] < 1e-9
+    assert rot["radius"] == pytest.approx(2.5, abs=1e-9) and rot["radius_cv"] < 1e-9
+    assert plane_rotation(circle.flip(1))["step_degrees"] == pytest.approx(-step, abs=1e-9)
 
 
 def test_pca_shares_and_coordinates(gen):

@@ -72,11 +72,12 @@ def distance_r2(table: Tensor) -> float:
     return 1.0 - resid / total if total > 0 else 1.0
 
 
-def sinusoid_likeness(series: Tensor) -> dict[str, float]:
+def sinusoid_likeness(series: Tensor, *, pad: int = 8) -> dict[str, float]:
     """The single sinusoid that best fits a series over positions, and the share of variance it explains.
 
-    The frequency is the FFT peak of the mean-removed series (whole cycles over
-    the series' length); amplitude and phase are fitted by least squares.
+    The frequency is the peak of the mean-removed series' spectrum, zero-padded
+    ``pad``-fold (so a fractional number of cycles is found to 1/pad); amplitude,
+    phase and offset are then fitted by least squares.
 
     Returns:
         ``cycles`` (over the series), ``period`` (in positions) and ``r2``.
@@ -84,9 +85,9 @@ def sinusoid_likeness(series: Tensor) -> dict[str, float]:
     y = series.detach().double()
     y = y - y.mean()
     n = y.numel()
-    spectrum = torch.fft.rfft(y).abs()
+    spectrum = torch.fft.rfft(y, n=pad * n).abs()
     spectrum[0] = 0.0
-    cycles = int(spectrum.argmax())
+    cycles = int(spectrum.argmax()) / pad
     p = torch.arange(n, dtype=torch.float64)
     basis = torch.stack((torch.sin(2 * math.pi * cycles * p / n), torch.cos(2 * math.pi * cycles * p / n),
                          torch.ones(n, dtype=torch.float64)), dim=1)  # (n, 3)
@@ -95,6 +96,25 @@ def sinusoid_likeness(series: Tensor) -> dict[str, float]:
     total = float((y**2).sum())
     r2 = 1.0 - float(((y - fit) ** 2).sum()) / total if total > 0 else 0.0
     return {"cycles": cycles, "period": n / cycles if cycles else math.inf, "r2": r2}
+
+
+def plane_rotation(coords: Tensor) -> dict[str, float]:
+    """How position moves in one plane (two coordinates, e.g. PC1–PC2): angle turned per step, and radius.
+
+    A sinusoid pair turns by the same angle at every step on a circle (std 0,
+    radius constant); the numbers say how close a learned plane is to that.
+
+    Returns:
+        ``step_degrees`` (mean signed angle per position step, in (−180, 180]),
+        ``step_degrees_std``, ``radius`` (mean) and ``radius_cv`` (std ÷ mean).
+    """
+    c = coords.detach().double()
+    c = c - c.mean(0)
+    angle = torch.atan2(c[:, 1], c[:, 0])
+    step = torch.remainder(angle[1:] - angle[:-1] + math.pi, 2 * math.pi) - math.pi  # (L − 1,)
+    radius = c.norm(dim=1)
+    return {"step_degrees": math.degrees(float(step.mean())), "step_degrees_std": math.degrees(float(step.std())),
+            "radius": float(radius.mean()), "radius_cv": float(radius.std() / radius.mean())}
 
 
 def pc_coordinates(table: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -125,7 +145,8 @@ def principal_components(table: Tensor, *, k: int = 6) -> dict[str, Any]:
         ``components_for`` (how many components hold 50 / 90 / 99 % of the variance),
         ``explained`` (share of variance of the first ``k`` components),
         ``cumulative``, ``coords`` (L × min(k, 3) projections, for plots) and
-        ``components`` (per component: ``sinusoid_likeness`` of its trajectory).
+        ``components`` (per component: ``sinusoid_likeness`` of its trajectory)
+        and ``pc12_rotation`` (``plane_rotation`` in the PC1–PC2 plane).
     """
     k = min(k, *table.shape)
     coords, share = pc_coordinates(table, k)  # (L, K): projections on the components
@@ -136,6 +157,7 @@ def principal_components(table: Tensor, *, k: int = 6) -> dict[str, Any]:
         "cumulative": share[:k].cumsum(0).tolist(),
         "coords": coords.tolist(),
         "components": [sinusoid_likeness(coords[:, c]) for c in range(k)],
+        "pc12_rotation": plane_rotation(coords[:, :2]) if k >= 2 else None,
     }
 
 

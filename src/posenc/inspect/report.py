@@ -80,6 +80,10 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                      + "/".join(str(v) for v in pca["components_for"].values())
                      + "; first shares " + ", ".join(_fmt(v, 3) for v in pca["explained"])
                      + "; periods " + ", ".join(_fmt(c["period"], 3) for c in pca["components"]))
+        if pca["pc12_rotation"]:
+            rot = pca["pc12_rotation"]
+            lines.append(f"            PC1–PC2 plane: {_fmt(rot['step_degrees'], 3)}° per position "
+                         f"(std {_fmt(rot['step_degrees_std'], 3)}°), radius cv {_fmt(rot['radius_cv'], 3)}")
     tok = result.get("tokens")
     if tok:
         q = tok["norm_quantiles"]
@@ -284,10 +288,15 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
             + [["equations per unknown, all columns", *sh["equations_per_unknown"]]],
             ["relative residual, k =", *sh["offsets"]]))
         pca = a["pca"]
+        rot = pca["pc12_rotation"]
         parts.append("<h3>Principal components</h3><p>Components holding 50 / 90 / 99 % of the variance: "
                      + " / ".join(str(v) for v in pca["components_for"].values())
                      + "".join(f"; {k}: " + " / ".join(str(x) for x in v["pca"]["components_for"].values())
-                               for k, v in base.items()) + "</p>" + _table(
+                               for k, v in base.items())
+                     + (f". In the PC1–PC2 plane each position step turns {_fmt(rot['step_degrees'])}° "
+                        f"(std {_fmt(rot['step_degrees_std'])}°) at radius {_fmt(rot['radius'])} "
+                        f"(cv {_fmt(rot['radius_cv'])}); a sinusoid pair turns a fixed angle on a circle (std 0, cv 0)"
+                        if rot else "") + ".</p>" + _table(
             [[f"PC{i + 1}", pca["explained"][i], pca["cumulative"][i], c["period"], c["r2"]]
              for i, c in enumerate(pca["components"])],
             ["component", "variance share", "cumulative", "best-sinusoid period (positions)", "sinusoid R²"]))

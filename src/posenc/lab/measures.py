@@ -448,7 +448,8 @@ def scheme_properties(
 
     Columns: ``norm_spread`` (of √S(i,i), the vector norms for a Gram),
     ``norm_constant``, ``translation_invariant`` (+ ``diagonal_spread``),
-    ``monotone_decay`` (+ ``increases``), ``symmetric``, ``shift_residual``
+    ``monotone_decay`` (+ ``increases``; None when the similarity is not a
+    function of distance), ``symmetric``, ``shift_residual``
     (max over offsets of the max |residual|, None without position vectors),
     ``defined_beyond`` and ``max_position``. A bias scheme is measured per head
     and a property holds when it holds for every head. A table with fewer rows
@@ -476,7 +477,8 @@ def scheme_properties(
         "diagonal_spread": diag["max_spread"],
         "translation_invariant": diag["translation_invariant"],
         "increases": max(m["increases"] for m in mono),
-        "monotone_decay": all(m["decays"] for m in mono),
+        # decay "with distance" means something only when the similarity is a function of distance
+        "monotone_decay": all(m["decays"] for m in mono) if diag["translation_invariant"] else None,
         "symmetric": symmetry(sim)["symmetric"],
         "shift_residual": None if shift is None else max(shift["max_residual"], default=None),
         "shift_relative": None if shift is None else max(shift["relative_residual"], default=None),

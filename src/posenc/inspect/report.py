@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from pathlib import Path
 from typing import Any
 
+# The lab's page style, figure style and number format: one look for every posenc report.
+from posenc.lab.report import CSS
+from posenc.lab.report import _g as _fmt
+from posenc.lab.report import _plt
+
 SHORT_KEYS = ("norms", "coords", "values")  # long per-row lists left out of --json on the terminal
-
-
-def _fmt(x: Any, digits: int = 4) -> str:
-    if isinstance(x, float):
-        if x == 0 or math.isinf(x) or math.isnan(x):
-            return str(x)
-        return f"{x:.{digits}g}" if abs(x) >= 1e-3 else f"{x:.2e}"
-    return str(x)
 
 
 def compact(data: Any) -> Any:
@@ -68,7 +64,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             if name in base:
                 vals = base[name]["shift"]["relative_residual"]
                 lines.append(f"  {name + ', all d':<34}" + "  ".join(f"{_fmt(v, 3):>8}" for v in vals))
-        lines.append(f"  table, first {pcs['components']} PCs ({_fmt(100 * pcs['variance_kept'], 3)}% var)".ljust(36)
+        lines.append(f"  table, first {pcs['components']} PCs ({_fmt(100 * pcs['variance_kept'], 1)}% var)".ljust(36)
                      + "  ".join(f"{_fmt(v, 3):>8}" for v in pcs["relative_residual"]))
         for name in ("sinusoid", "random"):
             if name in base:
@@ -79,17 +75,17 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         lines.append(f"pca         components for 50/90/99% of variance: "
                      + "/".join(str(v) for v in pca["components_for"].values())
                      + "; first shares " + ", ".join(_fmt(v, 3) for v in pca["explained"])
-                     + "; periods " + ", ".join(_fmt(c["period"], 3) for c in pca["components"]))
+                     + "; periods " + ", ".join(_fmt(c["period"], 2) for c in pca["components"]))
         if pca["pc12_rotation"]:
             rot = pca["pc12_rotation"]
-            lines.append(f"            PC1–PC2 plane: {_fmt(rot['step_degrees'], 3)}° per position "
-                         f"(std {_fmt(rot['step_degrees_std'], 3)}°), radius cv {_fmt(rot['radius_cv'], 3)}")
+            lines.append(f"            PC1–PC2 plane: {_fmt(rot['step_degrees'], 1)}° per position "
+                         f"(std {_fmt(rot['step_degrees_std'], 1)}°), radius cv {_fmt(rot['radius_cv'], 3)}")
     tok = result.get("tokens")
     if tok:
         q = tok["norm_quantiles"]
         lines.append(f"tokens      {tok['shape'][0]} × {tok['shape'][1]}; norm min {_fmt(q['min'])} median "
                      f"{_fmt(q['median'])} max {_fmt(q['max'])}; a row tops its own dot-product list in "
-                     f"{_fmt(100 * tok['self_score']['self_top'], 4)}% of {tok['self_score']['sampled']}")
+                     f"{_fmt(100 * tok['self_score']['self_top'], 2)}% of {tok['self_score']['sampled']}")
         for e in tok["neighbours"]:
             lines.append(f"  {e['token']!r:<12} cosine: {', '.join(n['token'] for n in e['cosine'])}")
             lines.append(f"  {'':<12} dot:    {', '.join(n['token'] for n in e['dot'])}")
@@ -98,15 +94,6 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
 
 
 # -- figures -----------------------------------------------------------------------------------------------
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def figures(result: dict[str, Any], out: Path) -> dict[str, str]:
     """Write the PNG figures for ``result`` into ``out``; returns {key: file name}."""
     plt = _plt()
@@ -216,12 +203,6 @@ def figures(result: dict[str, Any], out: Path) -> dict[str, str]:
 
 
 # -- HTML --------------------------------------------------------------------------------------------------
-_CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;
-font-size:14px}th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee;margin:.3em 0}
-code{background:#f5f5f5;padding:0 3px}.note{color:#8a4b00}"""
-
-
 def _table(rows: list[list[Any]], header: list[str] | None = None) -> str:
     head = "<tr>" + "".join(f"<th>{html.escape(str(h))}</th>" for h in header) + "</tr>" if header else ""
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_fmt(c))}</td>" for c in r) + "</tr>" for r in rows)
@@ -231,16 +212,17 @@ def _table(rows: list[list[Any]], header: list[str] | None = None) -> str:
 def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path:
     """Write ``index.html`` (and ``inspect.json``) into ``out``; figures must already be there."""
     loc, tying, pos = result["located"], result["tying"], result["position"]
-    parts = [f"<h1>posenc inspect</h1><p><code>{html.escape(result['source'])}</code> — "
-             f"{result['tensors']} tensors; config {html.escape(json.dumps(result['config']))}</p>",
-             "<h2>What was found</h2>",
+    parts = [f"<h1>posenc inspect</h1><p class='sub'><code>{html.escape(result['source'])}</code> · "
+             f"{result['tensors']} tensors · config {html.escape(json.dumps(result['config']))} · every number "
+             "below was computed from the checkpoint in this run; data in <a href='inspect.json'>inspect.json</a></p>",
+             "<section><h2>What was found</h2>",
              _table([["position", pos["kind"], loc["position"] or "—"], ["token table", "", loc["token"] or "—"],
                      ["output head", tying["status"], loc["head"] or "—"], ["tying evidence", "", tying["evidence"]],
                      ["vocabulary", "", result["vocab_source"] or "— (ids shown)"]], ["role", "", "tensor"])]
-    parts += [f"<p class=note>{html.escape(n)}</p>" for n in result["notes"]]
+    parts += [f"<p class='meta'>{html.escape(n)}</p>" for n in result["notes"]]
     if pos["kind"] == "rotary":
         s = pos["settings"]
-        parts.append("<h2>Rotary positions (from config.json)</h2>")
+        parts.append("</section><section><h2>Rotary positions (from config.json)</h2>")
         parts.append(_table([[k, s[k]] for k in ("scheme", "base", "head_dim", "rotary_dim", "pairing", "rope_type")]
                             + [["translation invariant", pos["translation_invariant"]],
                                ["relative diagonal spread", pos["relative_spread"]],
@@ -250,7 +232,7 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
     if a:
         base = a.get("baselines", {})
         rows = f", positions {pos['rows'][0]}…{pos['rows'][1] - 1}" if "rows" in pos else ""
-        parts.append(f"<h2>Position table ({a['shape'][0]} × {a['shape'][1]}{rows})</h2>")
+        parts.append(f"</section><section><h2>Position table ({a['shape'][0]} × {a['shape'][1]}{rows})</h2>")
         n = a["norms"]
         parts.append(_table([["norm min / mean / max", f"{_fmt(n['norm_min'])} / {_fmt(n['norm'])} / {_fmt(n['norm_max'])}"],
                              ["share of ‖P‖² in the mean row", a["mean_row_share"]],
@@ -279,7 +261,7 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
         parts.append("<h3>Shift is linear?</h3><p>Relative residual of the least-squares map M_k with "
                      "P[p+k] ≈ M_k·P[p] for all p. With all d columns there are only (L−k)/d equations per unknown, "
                      f"so even noise fits when that is near 1; the first {r} principal components "
-                     f"({_fmt(100 * pcs['variance_kept'], 3)}% of this table's variance) give ≥ 8.</p>" + _table(
+                     f"({_fmt(100 * pcs['variance_kept'], 1)}% of this table's variance) give ≥ 8.</p>" + _table(
             [[f"this table, first {r} PCs", *pcs["relative_residual"]]]
             + [[f"{k}, first {r} PCs", *v["shift_pcs"]["relative_residual"]] for k, v in base.items()]
             + [["this table (centred), all columns", *sh["relative_residual"]],
@@ -304,11 +286,11 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
         parts.append(f"<img src='{files['rotary']}'>")
     for rel in result.get("relative", []):
         key = "relative_" + rel["tensor"].replace(".", "_")
-        parts.append(f"<h2>Relative bias {html.escape(rel['tensor'])} {rel['shape']}</h2><img src='{files[key]}'>")
+        parts.append(f"</section><section><h2>Relative bias {html.escape(rel['tensor'])} {rel['shape']}</h2><img src='{files[key]}'>")
     tok = result.get("tokens")
     if tok:
         q = tok["norm_quantiles"]
-        parts.append(f"<h2>Token table ({tok['shape'][0]} × {tok['shape'][1]})</h2>")
+        parts.append(f"</section><section><h2>Token table ({tok['shape'][0]} × {tok['shape'][1]})</h2>")
         parts.append(_table([list(q.values())], list(q)))
         if "token_norms" in files:
             parts.append(f"<img src='{files['token_norms']}'>")
@@ -322,8 +304,8 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
             [[e["token"], ", ".join(n["token"] for n in e["cosine"]), ", ".join(n["token"] for n in e["dot"]),
               ", ".join(e["dot_only"]) or "—"] for e in tok["neighbours"]],
             ["token", "by cosine", "by dot product", "only by dot"]))
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>posenc inspect</title><style>{_CSS}</style>"
-            f"</head><body>{''.join(parts)}</body></html>")
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>posenc inspect</title><style>{CSS}</style>"
+            f"</head><body>{''.join(parts)}</section></body></html>")
     (out / "index.html").write_text(page, encoding="utf-8")
     return out / "index.html"
 

@@ -60,6 +60,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
         lines.append("shift       k:                      " + "  ".join(f"{k:>8}" for k in shift["offsets"]))
         lines.append("  equations per unknown (all d)     " + "  ".join(f"{_fmt(v, 3):>8}" for v in shift["equations_per_unknown"]))
         lines.append("  table, centred, all d             " + "  ".join(f"{_fmt(v, 3):>8}" for v in shift["relative_residual"]))
+        if shift["equations_per_unknown"] and min(shift["equations_per_unknown"]) < 2:
+            lines.append("  (with all d columns the fit is barely or under-determined — even noise fits; "
+                         "read the PC rows)")
         for name in ("sinusoid", "random"):
             if name in base:
                 vals = base[name]["shift"]["relative_residual"]

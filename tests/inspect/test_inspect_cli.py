@@ -103,3 +103,29 @@ def test_real_minilm_end_to_end(tmp_path, capsys):
     king = data["tokens"]["neighbours"][0]
     assert king["token"] == "king" and "queen" in [n["token"] for n in king["cosine"]]  # vocab.txt lines up
     assert (tmp_path / "index.html").exists() and (tmp_path / "pca.png").exists()
+
+
+def test_t5_like_bf16_relative_bias(tmp_path, gen):
+    bias = torch.randn(32, 4, generator=gen)
+    write(tmp_path / "ckpt", {"shared.weight": torch.randn(30, 8, generator=gen).to(torch.bfloat16),
+                              "encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight": bias},
+          {"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "vocab_size": 30})
+    result = inspect_checkpoint(tmp_path / "ckpt", sample=30)
+    assert result["position"]["kind"] == "relative-bias" and result["tying"]["status"] == "tied"
+    torch.testing.assert_close(torch.tensor(result["relative"][0]["bias_by_bucket"], dtype=torch.float64),
+                               bias.T.double(), rtol=0, atol=0)
+    assert result["tokens"]["shape"] == [30, 8]
+    from posenc.inspect.report import write_report
+
+    write_report(result, tmp_path / "report")
+    assert (tmp_path / "report" / "relative_encoder_block_0_layer_0_SelfAttention_relative_attention_bias_weight.png").exists()
+
+
+def test_rows_option(tmp_path, gen, capsys):
+    gpt2_like(tmp_path, gen, vocab=20, length=32, dim=8)
+    assert main(["inspect", str(tmp_path), "--rows", "4:20", "--json", "--sample", "5"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["position"]["rows"] == [4, 20] and data["position"]["analysis"]["shape"] == [16, 8]
+    assert main(["inspect", str(tmp_path), "--rows", "a:b"]) == 2
+    assert "START:STOP" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path), "--rows", "30:40"]) == 2

@@ -81,6 +81,15 @@ def test_opt_offset_of_two(gen):
         locate(ckpt, position_offset=0)
 
 
+def test_roberta_positions_start_after_padding(gen):
+    length, d = 16, 8
+    ckpt = Checkpoint.from_tensors({
+        "roberta.embeddings.word_embeddings.weight": torch.randn(40, d, generator=gen),
+        "roberta.embeddings.position_embeddings.weight": torch.randn(length + 2, d, generator=gen),
+    }, config={"model_type": "roberta", "max_position_embeddings": length + 2, "pad_token_id": 1})
+    assert locate(ckpt).position_offset == 2
+
+
 def test_t5_relative_bias_is_found(gen):
     ckpt = Checkpoint.from_tensors({
         "shared.weight": torch.randn(30, 8, generator=gen),

@@ -293,8 +293,10 @@ def self_score(table: Tensor, *, sample: int = 1000, seed: int = 0, chunk: int =
 def analyse_tokens(table: Tensor, vocab: list[str] | None, *, tokens: Sequence[str] | None = None,
                    k: int = 8, sample: int = 1000, seed: int = 0) -> dict[str, Any]:
     """Norm distribution, extreme rows, neighbour lists by cosine and by dot product, self-score."""
-    t = table.detach().double()
-    norms = t.norm(dim=1)  # (V,)
+    # float32 (or float64) as given: a float64 copy of a large vocabulary would double the memory;
+    # norms are accumulated in float64 either way.
+    t = table.detach() if table.dtype in (torch.float32, torch.float64) else table.detach().float()
+    norms = torch.linalg.vector_norm(t, dim=1, dtype=torch.float64)  # (V,)
     qs = [0.0, 0.01, 0.25, 0.5, 0.75, 0.99, 1.0]
     order = norms.argsort()
     lists = []

@@ -52,6 +52,10 @@ ROLE_SUFFIXES: dict[str, tuple[str, ...]] = {
 ROLE_EXACT: dict[str, tuple[str, ...]] = {"head": ("output.weight",)}
 #: Model types whose learned position rows start at index 2 (fairseq's padding offset).
 POSITION_OFFSET_2 = ("opt", "bart", "mbart", "blenderbot", "plbart", "biogpt")
+#: Model types whose positions start at pad_token_id + 1 (fairseq's RoBERTa convention); their
+#: ``max_position_embeddings`` counts those rows too.
+POSITION_AFTER_PADDING = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "mpnet",
+                          "data2vec-text", "ibert")
 #: Architectures (config ``architectures``) that carry an output head over the vocabulary.
 HEAD_SUFFIXES = ("LMHeadModel", "ForCausalLM", "ForMaskedLM", "ForConditionalGeneration", "ForPreTraining")
 
@@ -133,8 +137,13 @@ def locate(ckpt: Checkpoint, *, position: str | None = None, token: str | None =
                 f"{ckpt.source}: the position table {found.position!r} is {width} wide but the token table "
                 f"{found.token!r} is {ckpt.shape(found.token)[1]} wide; an added position table must match the "
                 "token width — name the right tensors with --position-tensor / --token-tensor")
+        counted = False  # does max_position_embeddings count the offset rows?
         if position_offset is None:
-            position_offset = 2 if (model_type in POSITION_OFFSET_2 and found.position.endswith("embed_positions.weight")) else 0
+            position_offset = 0
+            if model_type in POSITION_OFFSET_2 and found.position.endswith("embed_positions.weight"):
+                position_offset = 2
+            elif model_type in POSITION_AFTER_PADDING:
+                position_offset, counted = int(cfg.get("pad_token_id", 1)) + 1, True
         if not 0 <= position_offset < rows:
             raise ValueError(f"position offset {position_offset} must be in [0, {rows}) for a {rows}-row table")
         found.position_offset = position_offset
@@ -143,7 +152,7 @@ def locate(ckpt: Checkpoint, *, position: str | None = None, token: str | None =
                                f"({model_type or 'user-given'}: position p is row p + {position_offset}); "
                                "they are left out of every measure")
         max_pos = cfg.get("max_position_embeddings", cfg.get("n_positions"))
-        if isinstance(max_pos, int) and max_pos != rows - position_offset:
+        if isinstance(max_pos, int) and max_pos != rows - (0 if counted else position_offset):
             raise CheckpointError(
                 f"{ckpt.source}: config.json says max_position_embeddings={max_pos} but {found.position!r} has "
                 f"{rows} rows (offset {position_offset}); fix config.json, or pass --position-tensor/--position-offset")

@@ -132,7 +132,7 @@ def inspect_checkpoint(
                                    "name a table with --position-tensor if the model has one")
     result["relative"] = _relative(ckpt, found.relative)
     if found.token is not None:
-        result["tokens"] = analyse_tokens(to_float64(ckpt.tensor(found.token)), ckpt.vocab, tokens=tokens,
+        result["tokens"] = analyse_tokens(ckpt.tensor(found.token).float(), ckpt.vocab, tokens=tokens,
                                           k=k, sample=sample, seed=seed)
         result["tokens"]["tensor"] = found.token
     else:

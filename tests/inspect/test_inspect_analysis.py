@@ -89,7 +89,8 @@ def test_pca_shares_and_coordinates(gen):
     pca = principal_components(table, k=4)
     centred = table - table.mean(0)
     eig = torch.linalg.eigvalsh(centred.T @ centred).flip(0)  # independent: eigenvalues of the scatter matrix
-    torch.testing.assert_close(torch.tensor(pca["explained"], dtype=torch.float64), (eig / eig.sum())[:4], rtol=1e-9, atol=1e-12)
+    explained = torch.tensor(pca["explained"], dtype=torch.float64)
+    torch.testing.assert_close(explained, (eig / eig.sum())[:4], rtol=1e-9, atol=1e-12)
     coords = torch.tensor(pca["coords"], dtype=torch.float64)
     assert coords.shape == (30, 4)
     torch.testing.assert_close((coords**2).sum(0), eig[:4], rtol=1e-9, atol=1e-9)

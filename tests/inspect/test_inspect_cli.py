@@ -118,7 +118,8 @@ def test_t5_like_bf16_relative_bias(tmp_path, gen):
     from posenc.inspect.report import write_report
 
     write_report(result, tmp_path / "report")
-    assert (tmp_path / "report" / "relative_encoder_block_0_layer_0_SelfAttention_relative_attention_bias_weight.png").exists()
+    figure = "relative_encoder_block_0_layer_0_SelfAttention_relative_attention_bias_weight.png"
+    assert (tmp_path / "report" / figure).exists()
 
 
 def test_rows_option(tmp_path, gen, capsys):

@@ -102,7 +102,8 @@ def test_t5_relative_bias_is_found(gen):
 
 def test_explicit_names_override_and_are_checked(gen):
     ckpt = Checkpoint.from_tensors({"emb": torch.randn(10, 4, generator=gen), "pos": torch.randn(6, 4, generator=gen),
-                                    "bias": torch.randn(4, generator=gen), "wpe.weight": torch.randn(6, 4, generator=gen)})
+                                    "bias": torch.randn(4, generator=gen),
+                                    "wpe.weight": torch.randn(6, 4, generator=gen)})
     found = locate(ckpt, position="pos", token="emb")
     assert (found.position, found.token) == ("pos", "emb")
     with pytest.raises(CheckpointError, match="no tensor named 'posx'.*'pos'"):

@@ -183,7 +183,8 @@ def detect_tying(ckpt: Checkpoint, found: Located) -> dict[str, Any]:
         if has_head and tie_cfg is not False:
             return {"status": "tied", "max_abs_diff": None,
                     "evidence": f"{archs[0]} has an output head but the checkpoint stores none: it is the token "
-                                f"table reused (tie_word_embeddings={tie_cfg if tie_cfg is not None else 'default true'})"}
+                                "table reused (tie_word_embeddings="
+                                f"{tie_cfg if tie_cfg is not None else 'default true'})"}
         if has_head:
             return {"status": "unknown", "max_abs_diff": None,
                     "evidence": f"config says tie_word_embeddings=false but no head tensor was found; "
@@ -195,7 +196,8 @@ def detect_tying(ckpt: Checkpoint, found: Located) -> dict[str, Any]:
         return {"status": "tied", "evidence": "head and token table share storage", "max_abs_diff": 0.0}
     if ckpt.shape(found.token) != ckpt.shape(found.head):
         return {"status": "untied", "max_abs_diff": None,
-                "evidence": f"shapes differ: token {list(ckpt.shape(found.token))}, head {list(ckpt.shape(found.head))}"}
+                "evidence": f"shapes differ: token {list(ckpt.shape(found.token))}, "
+                            f"head {list(ckpt.shape(found.head))}"}
     a, b = ckpt.tensor(found.token), ckpt.tensor(found.head)
     if torch.equal(a, b):
         return {"status": "tied", "evidence": "separate copies with identical values", "max_abs_diff": 0.0}
@@ -225,7 +227,8 @@ def _rope_settings(cfg: dict[str, Any]) -> dict[str, Any] | None:
     rotary_dim = cfg.get("rotary_dim")
     if rotary_dim is None and rotary_pct is not None:
         rotary_dim = int(head_dim * float(rotary_pct))
-    rope_type = str(params.get("rope_type", params.get("type", scaling.get("rope_type", scaling.get("type", "default")))))
+    rope_type = str(params.get("rope_type", params.get("type",
+                                                     scaling.get("rope_type", scaling.get("type", "default")))))
     extra = {k: v for k, v in {**scaling, **params}.items() if k not in ("rope_theta", "rope_type", "type")}
     model_type = str(cfg.get("model_type", "")).lower()
     return {"base": float(base if base is not None else 10000.0), "head_dim": int(head_dim),

@@ -48,7 +48,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
     if a:
         n, shift, base = a["norms"], a["shift_centred"], a.get("baselines", {})
         rows = f" (positions {pos['rows'][0]}…{pos['rows'][1] - 1})" if "rows" in pos else ""
-        lines.append(f"table       {a['shape'][0]} × {a['shape'][1]}{rows}; norm {_fmt(n['norm_min'])} … {_fmt(n['norm_max'])}")
+        lines.append(f"table       {a['shape'][0]} × {a['shape'][1]}{rows}; "
+                     f"norm {_fmt(n['norm_min'])} … {_fmt(n['norm_max'])}")
         lines.append(f"distance    R² of 'depends on i−j only' {_fmt(a['distance_r2'], 3)}"
                      + (f" (sinusoid {_fmt(base['sinusoid']['distance_r2'], 3)}, random "
                         f"{_fmt(base['random']['distance_r2'], 3)})" if base else ""))
@@ -57,23 +58,21 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                      f"{_fmt(mono['head'][1], 3)} at 1, min {_fmt(mono['min'], 3)} at {mono['argmin']}, "
                      f"{_fmt(mono['last'], 3)} at {mono['steps']}")
         pcs = a["shift_pcs"]
-        lines.append("shift       k:                      " + "  ".join(f"{k:>8}" for k in shift["offsets"]))
-        lines.append("  equations per unknown (all d)     " + "  ".join(f"{_fmt(v, 3):>8}" for v in shift["equations_per_unknown"]))
-        lines.append("  table, centred, all d             " + "  ".join(f"{_fmt(v, 3):>8}" for v in shift["relative_residual"]))
+
+        def row(label: str, values: list[float]) -> str:
+            return f"  {label:<34}" + "  ".join(f"{_fmt(v, 3):>8}" for v in values)
+
+        lines.append("shift       k:" + " " * 22 + "  ".join(f"{k:>8}" for k in shift["offsets"]))
+        lines.append(row("equations per unknown (all d)", shift["equations_per_unknown"]))
+        lines.append(row("table, centred, all d", shift["relative_residual"]))
+        lines += [row(f"{name}, all d", base[name]["shift"]["relative_residual"]) for name in base]
+        r = pcs["components"]
+        kept = _fmt(100 * pcs["variance_kept"], 1)
+        lines.append(row(f"table, first {r} PCs ({kept}% var)", pcs["relative_residual"]))
+        lines += [row(f"{name}, first {r} PCs", base[name]["shift_pcs"]["relative_residual"]) for name in base]
         if shift["equations_per_unknown"] and min(shift["equations_per_unknown"]) < 2:
             lines.append("  (with all d columns the fit is barely or under-determined — even noise fits; "
                          "read the PC rows)")
-        for name in ("sinusoid", "random"):
-            if name in base:
-                vals = base[name]["shift"]["relative_residual"]
-                lines.append(f"  {name + ', all d':<34}" + "  ".join(f"{_fmt(v, 3):>8}" for v in vals))
-        lines.append(f"  table, first {pcs['components']} PCs ({_fmt(100 * pcs['variance_kept'], 1)}% var)".ljust(36)
-                     + "  ".join(f"{_fmt(v, 3):>8}" for v in pcs["relative_residual"]))
-        for name in ("sinusoid", "random"):
-            if name in base:
-                vals = base[name]["shift_pcs"]["relative_residual"]
-                lines.append(f"  {name + ', first ' + str(pcs['components']) + ' PCs':<34}"
-                             + "  ".join(f"{_fmt(v, 3):>8}" for v in vals))
         pca = a["pca"]
         lines.append(f"pca         components for 50/90/99% of variance: "
                      + "/".join(str(v) for v in pca["components_for"].values())
@@ -237,7 +236,8 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
         rows = f", positions {pos['rows'][0]}…{pos['rows'][1] - 1}" if "rows" in pos else ""
         parts.append(f"</section><section><h2>Position table ({a['shape'][0]} × {a['shape'][1]}{rows})</h2>")
         n = a["norms"]
-        parts.append(_table([["norm min / mean / max", f"{_fmt(n['norm_min'])} / {_fmt(n['norm'])} / {_fmt(n['norm_max'])}"],
+        norm_range = f"{_fmt(n['norm_min'])} / {_fmt(n['norm'])} / {_fmt(n['norm_max'])}"
+        parts.append(_table([["norm min / mean / max", norm_range],
                              ["share of ‖P‖² in the mean row", a["mean_row_share"]],
                              ["distance R² (1 = depends on i−j only)", a["distance_r2"]],
                              ["relative diagonal spread (lab)", a["profile"]["relative_spread"]]]
@@ -262,7 +262,8 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
         sh, pcs = a["shift_centred"], a["shift_pcs"]
         r = pcs["components"]
         parts.append("<h3>Shift is linear?</h3><p>Relative residual of the least-squares map M_k with "
-                     "P[p+k] ≈ M_k·P[p] for all p. With all d columns there are only (L−k)/d equations per unknown, "
+                     "P[p+k] ≈ M_k·P[p] for all p. With all d columns there are only (L−k)/d equations "
+                     "per unknown, "
                      f"so even noise fits when that is near 1; the first {r} principal components "
                      f"({_fmt(100 * pcs['variance_kept'], 1)}% of this table's variance) give ≥ 8.</p>" + _table(
             [[f"this table, first {r} PCs", *pcs["relative_residual"]]]
@@ -289,7 +290,8 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
         parts.append(f"<img src='{files['rotary']}'>")
     for rel in result.get("relative", []):
         key = "relative_" + rel["tensor"].replace(".", "_")
-        parts.append(f"</section><section><h2>Relative bias {html.escape(rel['tensor'])} {rel['shape']}</h2><img src='{files[key]}'>")
+        parts.append(f"</section><section><h2>Relative bias {html.escape(rel['tensor'])} {rel['shape']}</h2>"
+                     f"<img src='{files[key]}'>")
     tok = result.get("tokens")
     if tok:
         q = tok["norm_quantiles"]

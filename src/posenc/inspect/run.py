@@ -51,7 +51,8 @@ def _relative(ckpt: Checkpoint, names: list[str]) -> list[dict[str, Any]]:
     for name in names:
         t = to_float64(ckpt.tensor(name))
         if t.dim() != 2:
-            raise ValueError(f"{ckpt.source}: relative bias {name!r} has shape {list(t.shape)}, expected (buckets, heads)")
+            raise ValueError(f"{ckpt.source}: relative bias {name!r} has shape {list(t.shape)}, "
+                             "expected (buckets, heads)")
         out.append({"tensor": name, "shape": list(t.shape), "bias_by_bucket": t.T.tolist(),
                     "config": {k: ckpt.config.get(k) for k in ("relative_attention_num_buckets",
                                                                "relative_attention_max_distance")}})

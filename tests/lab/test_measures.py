@@ -144,8 +144,10 @@ def test_bad_input_is_named():
 def test_every_registered_scheme_gets_a_property_row(name):
     row = m.scheme_properties(build(name, dim=32, num_heads=4), length=40, offsets=(1, 3))
     assert row["name"] == name and row["length"] <= 40
-    for key in ("norm_constant", "translation_invariant", "monotone_decay", "symmetric", "defined_beyond"):
+    for key in ("norm_constant", "translation_invariant", "symmetric", "defined_beyond"):
         assert isinstance(row[key], bool)
+    # decay with distance is only asked of a similarity that is a function of distance
+    assert isinstance(row["monotone_decay"], bool) if row["translation_invariant"] else row["monotone_decay"] is None
 
 
 def test_property_rows_say_what_each_scheme_does():

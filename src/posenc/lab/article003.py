@@ -143,11 +143,12 @@ def cosine_vs_dot(cfg: LabConfig, *, vocab: int = 200, factors: tuple[float, ...
     probe_ids = [i for i in range(vocab) if i != sid][:probes]
     aligned = [i for i in probe_ids if float(unit[i] @ unit[sid]) > 0]
 
-    def dot_rank(t: torch.Tensor, i: int) -> int:
-        order, _ = neighbours(t, i, k=vocab, metric="dot")  # every other row, best first
+    def rank(t: torch.Tensor, i: int, metric: str = "dot") -> int:
+        order, _ = neighbours(t, i, k=vocab, metric=metric)  # every other row, best first
         return int((order == sid).nonzero()[0]) + 1
 
-    cos_changed, led, mean_rank = [], [], []
+    dot_rank = rank
+    cos_changed, led, mean_rank, cos_rank = [], [], [], []
     for factor in factors:
         stretched = table.clone()
         stretched[sid] *= factor
@@ -157,11 +158,14 @@ def cosine_vs_dot(cfg: LabConfig, *, vocab: int = 200, factors: tuple[float, ...
         cos_changed.append(changed)
         led.append(sum(r == 1 for r in ranks) / max(len(aligned), 1))
         mean_rank.append(sum(ranks) / max(len(ranks), 1))
+        cos_rank.append(sum(rank(stretched, i, "cosine") for i in aligned) / max(len(aligned), 1))
     rank_before = sum(dot_rank(table, i) for i in aligned) / max(len(aligned), 1)
-    example = max(probe_ids, key=lambda i: float(unit[i] @ unit[sid]))
     headline = factors[len(factors) // 2]
     stretched = table.clone()
     stretched[sid] *= headline
+    # show a list the stretched row was far down in and leads after stretching (else the most aligned one)
+    jumped = [i for i in aligned if dot_rank(stretched, i) == 1 and dot_rank(table, i) > k]
+    example = max(jumped or probe_ids, key=lambda i: dot_rank(table, i) if jumped else float(unit[i] @ unit[sid]))
     lists = {name: neighbours(t, example, k=k, metric=m)[0].tolist()
              for name, t, m in (("cosine_before", table, "cosine"), ("cosine_after", stretched, "cosine"),
                                 ("dot_before", table, "dot"), ("dot_after", stretched, "dot"))}
@@ -175,6 +179,8 @@ def cosine_vs_dot(cfg: LabConfig, *, vocab: int = 200, factors: tuple[float, ...
                 "stretched": sid, "seed": cfg.seed},
         values={"cosine_lists_changed": cos_changed, "aligned_probes": len(aligned),
                 "dot_rank_before": rank_before, "dot_rank_after": mean_rank, "dot_led_fraction": led,
+                "cosine_rank_before": sum(rank(table, i, "cosine") for i in aligned) / max(len(aligned), 1),
+                "cosine_rank_after": cos_rank,
                 "example_token": example, "example_factor": headline, "example_lists": lists},
         holds=holds,
     )

@@ -194,13 +194,13 @@ def fig_naive(f: Finding, out: Path) -> list[str]:
 def fig_pe_module(f: Finding, out: Path) -> list[str]:
     plt = _plt()
     s = f.series
-    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    fig, ax = plt.subplots(figsize=(6.4, 3.3))
     for col, ys in s["columns"].items():
         ax.plot(range(len(ys)), ys, label=f"column {col}")
     ax.set_xlabel("position")
     ax.set_ylabel("value")
     ax.set_title(f"Sinusoid columns over {len(next(iter(s['columns'].values())))} positions (d = {f.params['dim']})")
-    ax.legend(fontsize=8, ncol=4, loc="lower left")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
     names = [_save(fig, out, "pe_columns.png")]
     fig, ax = plt.subplots(figsize=(6.4, 3.4))
     im = ax.imshow(s["heatmap"], aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
@@ -252,7 +252,7 @@ def fig_attention_rows(f: Finding, out: Path) -> list[str]:
     plt = _plt()
     v = f.values
     n = len(v["without"])
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(8.4, 3.0))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.1))
     ax.bar([i - 0.2 for i in range(n)], v["without"], 0.4, label="content only")
     ax.bar([i + 0.2 for i in range(n)], v["with"], 0.4, label="content + sinusoid")
     ax.set_xticks(range(n), [f"t{i}" + (" (partner)" if i == f.params["partner"] else "") for i in range(n)],
@@ -260,15 +260,15 @@ def fig_attention_rows(f: Finding, out: Path) -> list[str]:
     ax.set_ylabel("token 0's attention share")
     ax.set_title(f"Row of t0 at scale {f.params['headline_scale']:.2f}")
     ax.legend(fontsize=7)
-    bx.plot(v["scales"], v["partner_without_by_scale"], "o--", color="tab:blue", label="partner, content only")
-    bx.plot(v["scales"], v["partner_with_by_scale"], "o-", color="tab:blue", label="partner, + sinusoid")
-    bx.plot(v["scales"], v["neighbour_with_by_scale"], "s-", color="tab:orange", label="neighbour t1, + sinusoid")
+    lost = [a - b for a, b in zip(v["partner_without_by_scale"], v["partner_with_by_scale"])]
+    bx.plot(v["scales"], v["row_change_by_scale"], "o-", color="tab:purple", label="row moved (total variation)")
+    bx.plot(v["scales"], lost, "s-", color="tab:blue", label="partner share lost")
     bx.axvline(math.sqrt(f.params["dim"]), color="gray", ls=":", lw=1)
-    bx.text(math.sqrt(f.params["dim"]), bx.get_ylim()[1] * 0.95, " ×√d", fontsize=7, va="top")
-    bx.set_xscale("log")
-    bx.set_xlabel("embedding scale")
-    bx.set_ylabel("share")
-    bx.set_title("Who wins depends on the scale")
+    bx.text(math.sqrt(f.params["dim"]), max(v["row_change_by_scale"]), " ×√d", fontsize=7, va="top")
+    bx.set_xscale("log", base=2)
+    bx.set_xlabel("embedding scale (content norm ≈ scale)")
+    bx.set_ylabel("change when positions are added")
+    bx.set_title("Bigger embeddings: positions move less")
     bx.legend(fontsize=7)
     return [_save(fig, out, "attention_rows.png")]
 
@@ -277,20 +277,24 @@ def fig_complexity(f: Finding, out: Path) -> list[str]:
     plt = _plt()
     v, p = f.values, f.params
     ns = p["lengths"]
-    fig, axes = plt.subplots(1, 4, figsize=(11.5, 3.0))
+    fig, axes = plt.subplots(1, 4, figsize=(12, 3.1))
     colors = {"cnn": "tab:green", "rnn": "tab:orange", "attention": "tab:purple"}
     for name, ys in v["flops"].items():
         axes[0].plot(ns, ys, "o-", color=colors[name], label=f"{name} (slope {v['flops_slope'][name]:.2f})")
-    axes[0].set(xscale="log", yscale="log", xlabel="n", ylabel="FLOPs (one layer)", title="Operations")
+    axes[0].set(yscale="log", xlabel="n", ylabel="FLOPs (one layer)", title="Operations")
     for name, ys in v["milliseconds"].items():
         axes[1].plot(ns, ys, "o-", color=colors[name], label=name)
-    axes[1].set(xscale="log", yscale="log", xlabel="n", ylabel="ms (median)", title="Wall time, CPU")
+    axes[1].set(yscale="log", xlabel="n", ylabel="ms (median)", title="Wall time, CPU")
     for name, ys in v["sequential_depth"].items():
         axes[2].plot(ns, ys, "o-", color=colors[name], label=name)
-    axes[2].set(xscale="log", yscale="log", xlabel="n", ylabel="autograd chain length", title="Sequential steps")
+    axes[2].set(yscale="log", xlabel="n", ylabel="autograd chain length", title="Sequential steps")
     for name, ys in v["max_path_length"].items():
         axes[3].plot(p["path_lengths"], ys, "o-", color=colors[name], label=name)
-    axes[3].set(xlabel="n", ylabel="layers / steps", title="Path from input n−1 to output 0")
+    axes[3].set(xlabel="n", ylabel="layers / steps", title="Path: input n−1 → output 0")
+    for ax in axes[:3]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
     for ax in axes:
         ax.legend(fontsize=7)
     return [_save(fig, out, "complexity.png")]
@@ -315,21 +319,19 @@ def fig_depth(f: Finding, out: Path) -> list[str]:
 def fig_exercises(findings: dict[str, Finding], out: Path) -> list[str]:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
-    bars: list[tuple[str, float | None, float | None]] = []
-    if "exercises-learned" in findings:
-        v = findings["exercises-learned"].values
-        bars += [(k, v["accuracy"][k], None) for k in v["accuracy"]]
-    if "exercises-relative" in findings:
-        v = findings["exercises-relative"].values
-        known = {b[0] for b in bars}
-        bars = [(k, a, v["accuracy_shifted"].get(k) if k in v["accuracy_shifted"] else s) for k, a, s in bars]
-        bars += [(k, v["accuracy"][k], v["accuracy_shifted"][k]) for k in v["accuracy"] if k not in known]
+    trained: dict[str, float | None] = {}
+    shifted: dict[str, float | None] = {}
+    for key in ("exercises-learned", "exercises-relative"):
+        if key in findings:
+            trained.update(findings[key].values["accuracy"])
+            shifted.update(findings[key].values.get("accuracy_shifted", {}))
+    bars = [(k, trained[k], shifted.get(k)) for k in trained]
     x = range(len(bars))
     ax.bar([i - 0.2 for i in x], [b[1] or 0 for b in bars], 0.4, label="trained positions")
     ax.bar([i + 0.2 for i in x], [b[2] or 0 for b in bars], 0.4, label="every position shifted far away")
     for i, b in enumerate(bars):
         if b[2] is None:
-            ax.text(i + 0.2, 0.02, "no row" if b[0] == "learned" else "n/a", ha="center", fontsize=7, rotation=90)
+            ax.text(i + 0.2, 0.02, "no row there", ha="center", fontsize=7, rotation=90)
     ax.set_xticks(list(x), [b[0] for b in bars])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("previous-token accuracy")
@@ -342,14 +344,29 @@ def fig_neighbours(f: Finding, out: Path) -> list[str]:
     plt = _plt()
     v = f.values
     factors = f.params["factors"]
-    fig, ax = plt.subplots(figsize=(6.4, 3.0))
-    ax.plot(factors, v["dot_rank_after"], "o-", label="dot product: mean rank of the stretched row")
-    ax.axhline(v["dot_rank_before"], color="tab:blue", ls=":", label="dot product, before stretching")
-    ax.plot(factors, [1 + c for c in v["cosine_lists_changed"]], "s--", color="tab:green",
-            label="cosine: lists changed + 1")
-    ax.set(xscale="log", yscale="log", xlabel="stretch factor", ylabel="rank (1 = front)",
-           title="Stretch one row: dot lists reorder, cosine lists stay")
-    ax.legend(fontsize=8)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.1), gridspec_kw={"width_ratios": [1.3, 1]})
+    ax.plot(factors, v["dot_rank_after"], "o-", label="dot product, stretched")
+    ax.axhline(v["dot_rank_before"], color="tab:blue", ls=":", label="dot product, before")
+    ax.plot(factors, v["cosine_rank_after"], "s--", color="tab:green", label="cosine, stretched")
+    ax.axhline(v["cosine_rank_before"], color="tab:green", ls=":", label="cosine, before")
+    ax.set(xscale="log", yscale="log", xlabel="stretch factor", ylabel="mean rank of the stretched row",
+           title="Rank of one stretched row in others' lists")
+    from matplotlib.ticker import ScalarFormatter
+
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.legend(fontsize=7)
+    lists = v["example_lists"]
+    sid = f.params["stretched"]
+    rows = [[name.replace("_", " "), "  ".join(("[" + str(t) + "]") if t == sid else str(t) for t in ids)]
+            for name, ids in lists.items()]
+    bx.axis("off")
+    table = bx.table(cellText=rows, colLabels=["list", "top neighbours, best first"],
+                     loc="center", cellLoc="left", colWidths=[0.35, 0.65])
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    table.scale(1, 1.5)
+    bx.set_title(f"Token [{sid}] stretched ×{v['example_factor']:g}: lists of token {v['example_token']}",
+                 fontsize=9)
     return [_save(fig, out, "neighbours.png")]
 
 

@@ -1,0 +1,65 @@
+"""``posenc inspect PATH``: measure a real checkpoint's position and token embeddings."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def run(args: argparse.Namespace) -> int:
+    from posenc.inspect import inspect_checkpoint, load_checkpoint
+    from posenc.inspect.report import compact, summary_lines, write_report
+
+    if args.list_tensors:
+        ckpt = load_checkpoint(args.path)
+        for name in ckpt.names():
+            entry = ckpt.entries[name]
+            print(f"{name:<70} {entry.dtype:<5} {list(entry.shape)}")
+        return 0
+    rows = None
+    if args.rows:
+        start, _, stop = args.rows.partition(":")
+        try:
+            rows = (int(start or 0), int(stop) if stop else None)
+        except ValueError:
+            raise ValueError(f"--rows must look like START:STOP (e.g. 0:128), got {args.rows!r}") from None
+    tokens = [t for t in args.tokens.split(",") if t] if args.tokens else None
+    result = inspect_checkpoint(args.path, position_tensor=args.position_tensor, token_tensor=args.token_tensor,
+                                head_tensor=args.head_tensor, position_offset=args.position_offset,
+                                tokens=tokens, k=args.neighbours, max_positions=args.max_positions, seed=args.seed,
+                                sample=args.sample, rows=rows)
+    page = write_report(result, args.out) if args.out else None
+    if args.json:
+        print(json.dumps(compact(result), indent=1))
+    else:
+        print("\n".join(summary_lines(result)))
+        if page:
+            print(f"report      {page}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("inspect", help="measure a safetensors checkpoint's position and token embeddings",
+                       description="Find the position table, token table and output head of a safetensors "
+                                   "checkpoint (file, shard index, or folder with config.json) and measure them. "
+                                   "Pickle-based files are refused.")
+    p.add_argument("path", help="a .safetensors file, a *.safetensors.index.json, or a model folder")
+    p.add_argument("--json", action="store_true", help="print the measurements as JSON instead of a summary")
+    p.add_argument("--out", metavar="DIR", help="write index.html, inspect.json and PNG figures into DIR")
+    p.add_argument("--position-tensor", metavar="NAME", help="name of the position table (overrides the search)")
+    p.add_argument("--token-tensor", metavar="NAME", help="name of the token table (overrides the search)")
+    p.add_argument("--head-tensor", metavar="NAME", help="name of the output head (overrides the search)")
+    p.add_argument("--position-offset", type=int, metavar="K",
+                   help="rows before position 0 in the position table (OPT/BART: 2, detected from config)")
+    p.add_argument("--rows", metavar="START:STOP",
+                   help="measure only these positions of a learned table (e.g. 0:128, the fine-tuned ones)")
+    p.add_argument("--tokens", metavar="W1,W2,...", help="words (or #id) to list neighbours for")
+    p.add_argument("--neighbours", type=int, default=8, metavar="K", help="neighbours per list (default 8)")
+    p.add_argument("--max-positions", type=int, default=1024, metavar="N",
+                   help="positions measured for a rotary scheme read from config.json (default 1024)")
+    p.add_argument("--sample", type=int, default=1000, metavar="N",
+                   help="token rows sampled to count how often a row tops its own dot-product list (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline and samples")
+    p.add_argument("--list-tensors", action="store_true", help="list the checkpoint's tensors and exit")
+    p.set_defaults(func=run)

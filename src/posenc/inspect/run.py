@@ -1,0 +1,142 @@
+"""``inspect_checkpoint``: load safely, locate the tables, measure them — one plain-data result.
+
+>>> from posenc.inspect import inspect_checkpoint           # doctest: +SKIP
+>>> result = inspect_checkpoint("path/to/model-folder")     # doctest: +SKIP
+>>> result["tying"]["status"], result["position"]["kind"]   # doctest: +SKIP
+('no-head', 'learned')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc.inspect.analysis import analyse_positions, analyse_tokens
+from posenc.inspect.locate import detect_tying, locate, rope_from_config
+from posenc.inspect.safeload import Checkpoint, load_checkpoint, to_float64
+from posenc.lab.measures import diagonal_profile, monotonicity, scheme_similarity, scheme_table
+
+#: Positions measured for a rotary scheme (it is defined everywhere; this bounds the L × L Gram).
+ROTARY_POSITIONS = 1024
+
+
+def _rotary(cfg: dict[str, Any], max_positions: int) -> dict[str, Any] | None:
+    built = rope_from_config(cfg)
+    if built is None:
+        return None
+    scheme, settings = built
+    length = min(max_positions, int(settings.get("max_position_embeddings") or max_positions))
+    sim = scheme_similarity(scheme, length)  # (L, L)
+    diag = diagonal_profile(sim)
+    profile = diag["mean"][length - 1 :]  # lags 0 … L − 1
+    table = scheme_table(scheme, torch.arange(length))  # rotated all-ones head vectors, (L, Dh)
+    return {
+        "kind": "rotary",
+        "settings": settings,
+        "scheme": scheme.describe(),
+        "length": length,
+        "similarity_profile": profile,
+        "relative_spread": diag["relative_spread"],
+        "translation_invariant": diag["translation_invariant"],
+        "monotonic": monotonicity(profile),
+        "analysis": analyse_positions(table) if table is not None else None,
+    }
+
+
+def _relative(ckpt: Checkpoint, names: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for name in names:
+        t = to_float64(ckpt.tensor(name))
+        if t.dim() != 2:
+            raise ValueError(f"{ckpt.source}: relative bias {name!r} has shape {list(t.shape)}, "
+                             "expected (buckets, heads)")
+        out.append({"tensor": name, "shape": list(t.shape), "bias_by_bucket": t.T.tolist(),
+                    "config": {k: ckpt.config.get(k) for k in ("relative_attention_num_buckets",
+                                                               "relative_attention_max_distance")}})
+    return out
+
+
+def inspect_checkpoint(
+    path: str | Path | Checkpoint,
+    *,
+    position_tensor: str | None = None,
+    token_tensor: str | None = None,
+    head_tensor: str | None = None,
+    position_offset: int | None = None,
+    tokens: Sequence[str] | None = None,
+    k: int = 8,
+    max_positions: int = ROTARY_POSITIONS,
+    seed: int = 0,
+    sample: int = 1000,
+    rows: tuple[int, int | None] | None = None,
+) -> dict[str, Any]:
+    """Measure a checkpoint's position and token embeddings.
+
+    Args:
+        path: a safetensors file, shard index or model folder — or a
+            :class:`Checkpoint` built from tensors in memory.
+        position_tensor, token_tensor, head_tensor: names that override the search.
+        position_offset: rows of the position table before position 0 (OPT/BART: 2, found automatically).
+        tokens: words (or ``#id``) whose neighbour lists to give; default: common words.
+        k: neighbours per list.
+        max_positions: positions measured for a rotary scheme read from the config.
+        seed: seed of the random baseline and of the self-score sample.
+        sample: token rows sampled for the self-score (each costs one V × d product).
+        rows: measure only positions ``start … stop − 1`` of a learned table (e.g. the
+            positions a model was fine-tuned on); default all.
+
+    Returns:
+        Plain data: ``source``, ``tensors``, ``config``, ``located``, ``tying``,
+        ``position`` (learned table, rotary scheme, or none), ``relative``,
+        ``tokens`` and ``notes``.
+    """
+    ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
+    found = locate(ckpt, position=position_tensor, token=token_tensor, head=head_tensor,
+                   position_offset=position_offset)
+    cfg = ckpt.config
+    result: dict[str, Any] = {
+        "source": ckpt.source,
+        "tensors": len(ckpt.names()),
+        "config": {key: cfg.get(key) for key in ("model_type", "architectures", "hidden_size",
+                                                   "num_attention_heads", "max_position_embeddings",
+                                                   "vocab_size", "tie_word_embeddings") if key in cfg},
+        "vocab_source": ckpt.vocab_source,
+        "located": {"position": found.position, "token": found.token, "head": found.head,
+                    "relative": found.relative, "position_offset": found.position_offset, "also": found.also},
+        "tying": detect_tying(ckpt, found),
+        "notes": [*ckpt.notes, *found.notes],
+    }
+    if found.position is not None:
+        table = to_float64(ckpt.tensor(found.position))[found.position_offset :]
+        start, stop = (0, None) if rows is None else rows
+        stop = table.shape[0] if stop is None else stop
+        if not 0 <= start < stop <= table.shape[0] or stop - start < 2:
+            raise ValueError(f"rows {start}:{stop} must select at least 2 of the table's {table.shape[0]} positions")
+        result["position"] = {"kind": "learned", "tensor": found.position, "rows": [start, stop],
+                              "analysis": analyse_positions(table[start:stop], seed=seed)}
+        if rope_from_config(cfg) is not None:
+            result["notes"].append("the config also has rotary settings; the learned table is what is measured")
+    else:
+        rotary = _rotary(cfg, max_positions)
+        if rotary is not None:
+            result["position"] = rotary
+            if "note" in rotary["settings"]:
+                result["notes"].append(rotary["settings"]["note"])
+        elif found.relative:
+            result["position"] = {"kind": "relative-bias"}
+        else:
+            result["position"] = {"kind": "none"}
+            result["notes"].append("no position table, no rotary settings and no relative bias were found; "
+                                   "name a table with --position-tensor if the model has one")
+    result["relative"] = _relative(ckpt, found.relative)
+    if found.token is not None:
+        result["tokens"] = analyse_tokens(ckpt.tensor(found.token).float(), ckpt.vocab, tokens=tokens,
+                                          k=k, sample=sample, seed=seed)
+        result["tokens"]["tensor"] = found.token
+    else:
+        result["tokens"] = None
+        result["notes"].append("no token table found; name it with --token-tensor")
+    return result

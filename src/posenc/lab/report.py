@@ -19,7 +19,7 @@ from posenc.lab.core import Finding, LabConfig
 # -- short text per experiment ----------------------------------------------------------------------------
 
 
-def _g(x: Any, digits: int = 3) -> str:
+def fmt_number(x: Any, digits: int = 3) -> str:
     """A compact number: 4 significant digits, scientific when tiny."""
     if x is None:
         return "—"
@@ -38,50 +38,50 @@ def _g(x: Any, digits: int = 3) -> str:
 
 def _naive(v: dict) -> str:
     w = v["windows"]
-    return "; ".join(f"@{x['start']}: pos {_g(x['position_spread'], 2)} vs content {_g(x['content_spread'], 2)}, "
-                     f"p_max {_g(x['max_prob'])}" for x in w)
+    return "; ".join(f"@{x['start']}: pos {fmt_number(x['position_spread'], 2)} vs content {fmt_number(x['content_spread'], 2)}, "
+                     f"p_max {fmt_number(x['max_prob'])}" for x in w)
 
 
 HEADLINES: dict[str, Callable[[dict], str]] = {
     "naive-position": _naive,
-    "sinusoid-norm": lambda v: f"norm {v['norm']:.4f} (√(d/2) {v['expected']:.4f}), spread {_g(v['norm_spread'])}",
-    "distance-only": lambda v: f"diagonal spread {_g(v['diagonal_spread'])}, vs Σcos {_g(v['formula_error'])}",
+    "sinusoid-norm": lambda v: f"norm {v['norm']:.4f} (√(d/2) {v['expected']:.4f}), spread {fmt_number(v['norm_spread'])}",
+    "distance-only": lambda v: f"diagonal spread {fmt_number(v['diagonal_spread'])}, vs Σcos {fmt_number(v['formula_error'])}",
     "not-monotonic": lambda v: (f"{', '.join(f'{x:.2f}' for x in v['profile_head'][:7])}…; rises {v['increases']}/"
                                 f"{v['steps']}, min {v['min']:.2f} @ {v['argmin']}, last {v['last']:.2f}"),
-    "shift-is-linear": lambda v: (f"k={v['offsets']}: sinusoid ≤ {_g(max(v['sinusoid_residual']))}, random ≥ "
-                                  f"{_g(min(v['random_residual']))} (rel {_g(min(v['random_relative']))})"),
+    "shift-is-linear": lambda v: (f"k={v['offsets']}: sinusoid ≤ {fmt_number(max(v['sinusoid_residual']))}, random ≥ "
+                                  f"{fmt_number(min(v['random_residual']))} (rel {fmt_number(min(v['random_relative']))})"),
     "beyond-training-length": lambda v: (f"p={v['position']}: norm {v['norm']:.4f}, PE·PE(+1) {v['dot_next']:.3f} "
-                                         f"= origin {v['dot_origin']:.3f}; learned row: {_g(v['learned_defined'])}"),
+                                         f"= origin {v['dot_origin']:.3f}; learned row: {fmt_number(v['learned_defined'])}"),
     "position-vs-content": lambda v: (f"partner {v['partner_without']:.3f}→{v['partner_with']:.3f}, neighbour "
                                       f"{v['neighbour_without']:.3f}→{v['neighbour_with']:.3f}"),
-    "permutation": lambda v: (f"equivariant: none {_g(v['no_position'])}, fixed {_g(v['position_fixed'])}, "
-                              f"travel {_g(v['position_travels'])}"),
+    "permutation": lambda v: (f"equivariant: none {fmt_number(v['no_position'])}, fixed {fmt_number(v['position_fixed'])}, "
+                              f"travel {fmt_number(v['position_travels'])}"),
     "pe-module": lambda v: (f"shape {v['input_shape']}→{v['output_shape']}, dropout zeros "
                             f"{v['dropout_zero_fraction']:.3f}, crossings {v['crossings_per_pair'][:4]}…"),
-    "multihead-shapes": lambda v: (f"{v['input_shape']}→{v['output_shape']}, masked weight {_g(v['masked_weight'])}, "
-                                   f"masked keys' effect {_g(v['masked_keys_effect'])}"),
+    "multihead-shapes": lambda v: (f"{v['input_shape']}→{v['output_shape']}, masked weight {fmt_number(v['masked_weight'])}, "
+                                   f"masked keys' effect {fmt_number(v['masked_keys_effect'])}"),
     "complexity": lambda v: (f"FLOP slope cnn {v['flops_slope']['cnn']:.2f} rnn {v['flops_slope']['rnn']:.2f} attn "
                              f"{v['flops_slope']['attention']:.2f}; path cnn {v['max_path_length']['cnn']} rnn "
                              f"{v['max_path_length']['rnn']} attn {v['max_path_length']['attention']}"),
-    "encoder-decoder-causal": lambda v: (f"earlier outputs moved {_g(v['max_change_before'])}, own moved ≥ "
-                                         f"{_g(v['min_change_at'])}"),
+    "encoder-decoder-causal": lambda v: (f"earlier outputs moved {fmt_number(v['max_change_before'])}, own moved ≥ "
+                                         f"{fmt_number(v['min_change_at'])}"),
     "exercises-depth": lambda v: (f"probe acc at depth {v['depths'][-1]}: residual {v['accuracy_residual'][-1]:.2f}, "
                                   f"plain {v['accuracy_plain'][-1]:.2f} (from {v['accuracy_plain'][0]:.2f}; chance "
                                   f"{v['chance']:.2f})"),
-    "exercises-learned": lambda v: ("acc " + ", ".join(f"{k} {_g(x, 2)}" for k, x in v["accuracy"].items())
-                                    + "; learned past table: " + _g(v["accuracy_beyond_table"]["learned"])),
-    "exercises-relative": lambda v: ("shifted acc " + ", ".join(f"{k} {_g(x, 2)}"
+    "exercises-learned": lambda v: ("acc " + ", ".join(f"{k} {fmt_number(x, 2)}" for k, x in v["accuracy"].items())
+                                    + "; learned past table: " + fmt_number(v["accuracy_beyond_table"]["learned"])),
+    "exercises-relative": lambda v: ("shifted acc " + ", ".join(f"{k} {fmt_number(x, 2)}"
                                                                 for k, x in v["accuracy_shifted"].items())),
-    "lookup-is-matmul": lambda v: (f"bitwise equal {_g(v['bitwise_equal'])}; FLOPs lookup {v['flops']['lookup']} vs "
+    "lookup-is-matmul": lambda v: (f"bitwise equal {fmt_number(v['bitwise_equal'])}; FLOPs lookup {v['flops']['lookup']} vs "
                                    f"matmul {v['flops']['one_hot_matmul']}"),
     "table-size": lambda v: f"params {v['parameters']}, ratios {v['ratios']}",
     "tying": lambda v: f"tied {v['parameters']['tied']}, untied {v['parameters']['untied']}",
-    "self-score": lambda v: ("own row on top: " + ", ".join(_g(x, 2) for x in v["self_top_fraction"])
+    "self-score": lambda v: ("own row on top: " + ", ".join(fmt_number(x, 2) for x in v["self_top_fraction"])
                              + " as row lengths spread"),
     "cosine-vs-dot": lambda v: (f"cosine lists changed {v['cosine_lists_changed']}; stretched leads "
-                                + ", ".join(_g(x, 2) for x in v["dot_led_fraction"])),
+                                + ", ".join(fmt_number(x, 2) for x in v["dot_led_fraction"])),
     "sqrt-d": lambda v: f"norm ratio {v['ratio_min']:.4f}…{v['ratio_max']:.4f} (√d {v['sqrt_d']:.4f}), min cos {v['cosine_min']:.6f}",
-    "no-context": lambda v: f"same id, max diff {_g(v['max_difference'])}; with positions {_g(v['max_difference_with_positions'])}",
+    "no-context": lambda v: f"same id, max diff {fmt_number(v['max_difference'])}; with positions {fmt_number(v['max_difference_with_positions'])}",
 }
 
 
@@ -93,7 +93,7 @@ def headline(f: Finding) -> str:
         except (KeyError, TypeError, IndexError, ValueError):
             pass
     scalars = [(k, v) for k, v in f.values.items() if isinstance(v, (int, float, bool))]
-    return ", ".join(f"{k} {_g(v)}" for k, v in scalars[:4])
+    return ", ".join(f"{k} {fmt_number(v)}" for k, v in scalars[:4])
 
 
 def terminal_table(findings: Sequence[Finding], *, width: int = 100) -> str:
@@ -129,7 +129,7 @@ def property_text(rows: Sequence[dict[str, Any]]) -> str:
         if "error" in row:
             out.append(f"{row['name']:<{widths[0]}}  {row.get('family', '?'):<{widths[1]}}  error: {row['error'][:50]}")
             continue
-        out.append("  ".join(f"{_g(row.get(k)):<{w}}" for (k, _), w in zip(PROPERTY_COLUMNS, widths)).rstrip())
+        out.append("  ".join(f"{fmt_number(row.get(k)):<{w}}" for (k, _), w in zip(PROPERTY_COLUMNS, widths)).rstrip())
     return "\n".join(line.rstrip() for line in out)
 
 
@@ -152,7 +152,8 @@ def to_json(findings: Sequence[Finding], *, cfg: LabConfig | None = None, proper
 # -- figures -----------------------------------------------------------------------------------------------
 
 
-def _plt():
+def pyplot() -> Any:
+    """matplotlib.pyplot on the non-interactive Agg backend with the report's style (shared with inspect)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -173,7 +174,7 @@ def _save(fig: Any, out: Path, name: str) -> str:
 
 
 def fig_naive(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     s = f.series
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
     ax.plot(s["starts"], s["position_spread"], label="position part i·j/√5", color="tab:red")
@@ -193,7 +194,7 @@ def fig_naive(f: Finding, out: Path) -> list[str]:
 
 
 def fig_pe_module(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     s = f.series
     fig, ax = plt.subplots(figsize=(6.4, 3.3))
     for col, ys in s["columns"].items():
@@ -215,7 +216,7 @@ def fig_pe_module(f: Finding, out: Path) -> list[str]:
 
 
 def fig_profile(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     ys = f.series["profile"]
     v = f.values
     fig, ax = plt.subplots(figsize=(6.4, 3.2))
@@ -234,7 +235,7 @@ def fig_profile(f: Finding, out: Path) -> list[str]:
 
 
 def fig_shift(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     v = f.values
     x = range(len(v["offsets"]))
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
@@ -254,7 +255,7 @@ def fig_shift(f: Finding, out: Path) -> list[str]:
 
 
 def fig_attention_rows(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     v = f.values
     n = len(v["without"])
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.1))
@@ -279,7 +280,7 @@ def fig_attention_rows(f: Finding, out: Path) -> list[str]:
 
 
 def fig_complexity(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     v, p = f.values, f.params
     ns = p["lengths"]
     fig, axes = plt.subplots(1, 4, figsize=(12, 3.1))
@@ -306,7 +307,7 @@ def fig_complexity(f: Finding, out: Path) -> list[str]:
 
 
 def fig_depth(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     v = f.values
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
     x = range(len(v["depths"]))  # evenly spaced: depths 0, 1, 2, 4, … read as steps
@@ -323,7 +324,7 @@ def fig_depth(f: Finding, out: Path) -> list[str]:
 
 
 def fig_exercises(findings: dict[str, Finding], out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
     trained: dict[str, float | None] = {}
     shifted: dict[str, float | None] = {}
@@ -347,7 +348,7 @@ def fig_exercises(findings: dict[str, Finding], out: Path) -> list[str]:
 
 
 def fig_neighbours(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     v = f.values
     factors = f.params["factors"]
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.1), gridspec_kw={"width_ratios": [1.3, 1]})
@@ -377,7 +378,7 @@ def fig_neighbours(f: Finding, out: Path) -> list[str]:
 
 
 def fig_self_score(f: Finding, out: Path) -> list[str]:
-    plt = _plt()
+    plt = pyplot()
     v = f.values
     fig, ax = plt.subplots(figsize=(6.4, 2.8))
     ax.plot(f.params["length_spreads"], v["self_top_fraction"], "o-", label="dot product")
@@ -448,7 +449,7 @@ def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig
              f"<style>{CSS}</style></head><body>",
              "<h1>posenc lab</h1>",
              f"<p class='sub'>{held} of {len(findings)} claims hold · d = {cfg.dim}, L = {cfg.length}, "
-             f"base = {_g(cfg.base)}, seed = {cfg.seed} · every number below was computed by the library's own "
+             f"base = {fmt_number(cfg.base)}, seed = {cfg.seed} · every number below was computed by the library's own "
              "modules in this run; full data in <a href='results.json'>results.json</a></p>",
              "<table><tr><th>experiment</th><th>claim</th><th>holds</th><th>measured</th></tr>"]
     for f in findings:
@@ -469,7 +470,7 @@ def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig
                 parts.append(f"<tr><td>{esc(row['name'])}</td><td colspan='{len(PROPERTY_COLUMNS) - 1}'>"
                              f"{esc(row['error'])}</td></tr>")
                 continue
-            parts.append("<tr>" + "".join(f"<td>{esc(_g(row.get(k)))}</td>" for k, _ in PROPERTY_COLUMNS) + "</tr>")
+            parts.append("<tr>" + "".join(f"<td>{esc(fmt_number(row.get(k)))}</td>" for k, _ in PROPERTY_COLUMNS) + "</tr>")
         parts.append("</table></section>")
     for f in findings:
         cls = "yes" if f.holds else "no"

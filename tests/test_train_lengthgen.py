@@ -20,7 +20,7 @@ def test_scheme_names_and_aliases():
 
 
 def test_lengths_default_per_task_and_are_checked():
-    assert lg.DEFAULT.lengths_for(lg.build_task("copy")) == (1, 10, 20)
+    assert lg.DEFAULT.lengths_for(lg.build_task("copy")) == (1, 8, 16)
     assert lg.DEFAULT.lengths_for(lg.build_task("scan")) == (1, 22, 48)
     assert lg.CellSettings(train_max=5).lengths_for(lg.build_task("copy")) == (1, 5, 10)
     with pytest.raises(ValueError, match="train_max <= test_max"):

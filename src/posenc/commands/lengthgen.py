@@ -58,9 +58,12 @@ def run(args: argparse.Namespace) -> int:
     if info.is_main:
         print(f"lengthgen: {len(grid.cells())} cells — tasks {tasks}, schemes {schemes}, seeds {list(grid.seeds)}; "
               f"{threads} thread(s) × {info.world_size} process(es); writing to {args.out}")
-    cells = lg.run_grid(grid, args.out, shard=args.shard, fresh=args.fresh, progress=not args.no_progress,
-                        log=print if info.is_main else (lambda _: None))
-    finished = len(cells) == len([c for i, c in enumerate(grid.cells()) if i % args.shard[1] == args.shard[0]])
+    if args.jobs > 1:
+        cells, finished = _run_jobs(args, grid)
+    else:
+        cells = lg.run_grid(grid, args.out, shard=args.shard, fresh=args.fresh, progress=not args.no_progress,
+                            log=print if info.is_main else (lambda _: None))
+        finished = len(cells) == len([c for i, c in enumerate(grid.cells()) if i % args.shard[1] == args.shard[0]])
     meta.update(wall_seconds=time.perf_counter() - began, settings=grid.settings.__dict__,
                 schemes=schemes, registered_schemes=names(), complete=finished)
     if info.is_main and cells:
@@ -77,6 +80,38 @@ def run(args: argparse.Namespace) -> int:
     return 0 if finished else 130
 
 
+def _run_jobs(args: argparse.Namespace, grid: Any) -> tuple[list[dict[str, Any]], bool]:
+    """Run the grid as ``args.jobs`` local processes (one shard each, one thread each), then collect."""
+    import subprocess
+    from dataclasses import asdict
+
+    from posenc import lengthgen as lg
+
+    if args.shard != (0, 1):
+        raise ValueError("--jobs splits the whole grid into shards itself; do not combine it with --shard")
+    argv = ["lengthgen", "--task", ",".join(grid.tasks), "--scheme", ",".join(grid.schemes),
+            "--seeds", ",".join(map(str, grid.seeds)), "--out", str(args.out)]
+    argv += ["--quick"] * args.quick + ["--fresh"] * args.fresh
+    for flag in ("framing", "train_max", "test_max", "steps", "batch_size", "lr", "dim", "heads", "layers",
+                 "dropout", "eval_examples"):
+        if getattr(args, flag) is not None:
+            argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    threads = max(1, args.threads or (os.cpu_count() or 1) // args.jobs)
+    procs = [subprocess.Popen([sys.executable, "-m", "posenc.cli", *argv, "--shard", f"{i}/{args.jobs}",
+                               "--threads", str(threads), "--no-progress"]) for i in range(args.jobs)]
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:  # the children got the same Ctrl-C: let them save and stop
+        codes = [p.wait() for p in procs]
+    wanted = {lg.cell_name(*c) for c in grid.cells()}
+    settings = asdict(grid.settings)
+    cells = [c for c in lg.load_cells(args.out)
+             if lg.cell_name(c["task"], c["scheme"], c["seed"]) in wanted and c.get("settings") == settings]
+    order = {lg.cell_name(*c): i for i, c in enumerate(grid.cells())}
+    cells.sort(key=lambda c: order[lg.cell_name(c["task"], c["scheme"], c["seed"])])
+    return cells, all(code == 0 for code in codes) and len(cells) == len(wanted)
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("lengthgen", help="length-generalisation benchmark across position schemes",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -89,6 +124,8 @@ def register(sub: Any) -> None:
     p.add_argument("--out", default="lengthgen-report", help="output directory (cells/, checkpoints/, report)")
     p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
                    help="run only cells i, i+N, … (split a grid across machines; then --report-only)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run the grid as N local processes (one shard and thread each), then write one report")
     p.add_argument("--report-only", action="store_true", help="only (re)write the report from OUT/cells")
     p.add_argument("--fresh", action="store_true", help="retrain cells already finished in OUT")
     add_model_args(p)

@@ -258,10 +258,19 @@ def cell_name(task: str, scheme: str, seed: int) -> str:
     return f"{task}-{scheme}-seed{seed}"
 
 
-def machine_note(threads: int) -> dict[str, Any]:
+def machine_note(threads: int, jobs: int = 1) -> dict[str, Any]:
     return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "torch_threads": threads, "torch": torch.__version__,
-            "python": platform.python_version(), "world_size": dist_info().world_size}
+            "cpu_count": os.cpu_count(), "torch_threads_per_process": threads, "jobs": jobs,
+            "torch": torch.__version__, "python": platform.python_version(),
+            "world_size": dist_info().world_size}
+
+
+def _machine_line(m: dict[str, Any]) -> str:
+    if not m:
+        return "unknown"
+    return (f"{m.get('platform')}, {m.get('cpu_count')} CPUs, torch {m.get('torch')}, Python {m.get('python')}; "
+            f"{m.get('jobs', 1)} job(s) × {m.get('world_size', 1)} process(es) × "
+            f"{m.get('torch_threads_per_process')} thread(s)")
 
 
 def run_grid(
@@ -366,7 +375,9 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     """The results as Markdown: a summary table, the per-length table, and the ranking verdict."""
     lines = ["# Length generalisation by position scheme", "",
              f"Command: `{meta.get('command', '')}`  ", f"Wall time: {meta.get('wall_seconds', 0):.0f} s  ",
-             f"Machine: {meta.get('machine', {})}  ", f"Settings: {meta.get('settings', {})}", "",
+             f"Machine: {_machine_line(meta.get('machine', {}))}  ", f"Settings: {meta.get('settings', {})}  ",
+             f"Schemes: {', '.join(meta.get('schemes', []))} (registered: {', '.join(meta.get('registered_schemes', []))})",
+             "",
              "Exact-match accuracy (%), mean over seeds. *In range*: lengths seen in training; "
              "*beyond*: longer ones.", ""]
     for task, t in summary.items():

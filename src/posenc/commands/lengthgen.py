@@ -36,10 +36,10 @@ def run(args: argparse.Namespace) -> int:
     from posenc.train import init_distributed
 
     info = init_distributed()
-    threads = set_threads(args.threads, info.world_size)
+    threads = set_threads(args.threads, info.world_size * max(1, args.jobs))
     began = time.perf_counter()
     meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                            "machine": lg.machine_note(threads)}
+                            "machine": lg.machine_note(threads, args.jobs)}
     if args.report_only:
         cells = lg.load_cells(args.out)
         meta["settings"] = cells[0].get("settings", {})

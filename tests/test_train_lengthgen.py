@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import pytest
 
@@ -66,15 +67,17 @@ def test_micro_grid_end_to_end_and_restart(tmp_path, capsys):
 def test_train_command_resumes_to_the_same_result(tmp_path, capsys):
     common = ["train", "--task", "reverse", "--scheme", "alibi", "--train-max", "3", "--test-max", "4", "--dim", "16",
               "--heads", "2", "--layers", "1", "--batch-size", "8", "--eval-examples", "4", "--threads", "1",
-              "--no-progress"]
-    assert main([*common, "--steps", "10", "--json", str(tmp_path / "full.json")]) == 0
-    assert main([*common, "--steps", "10", "--checkpoint-dir", str(tmp_path / "run")]) == 0
-    # --resume of a finished run loads its final state: the same evaluation as the uninterrupted run
-    # (resuming mid-run is tested bitwise in test_train.py)
-    assert main([*common, "--steps", "10", "--checkpoint-dir", str(tmp_path / "run"), "--resume",
-                 "--json", str(tmp_path / "resumed.json")]) == 0
+              "--no-progress", "--steps", "10"]
+    run = tmp_path / "run"
+    assert main([*common, "--checkpoint-dir", str(run), "--checkpoint-every", "5",
+                 "--json", str(tmp_path / "full.json")]) == 0
+    # pretend the run had stopped after step 5: drop step 10 and point `latest` back
+    shutil.rmtree(run / "step-00000010")
+    (run / "latest").write_text("step-00000005\n")
+    assert main([*common, "--checkpoint-dir", str(run), "--resume", "--json", str(tmp_path / "resumed.json")]) == 0
     full, resumed = (json.loads((tmp_path / f).read_text()) for f in ("full.json", "resumed.json"))
     assert resumed["accuracy"] == full["accuracy"] and resumed["final_loss"] == full["final_loss"]
+    assert resumed["history"] == full["history"]
     # more steps would change the schedule of the steps already taken: refused clearly
-    assert main([*common, "--steps", "20", "--checkpoint-dir", str(tmp_path / "run"), "--resume"]) == 2
+    assert main([*common[:-1], "20", "--checkpoint-dir", str(run), "--resume"]) == 2
     assert "steps: checkpoint 10 vs now 20" in capsys.readouterr().err

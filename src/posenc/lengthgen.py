@@ -173,6 +173,7 @@ def train_one(
     settings: CellSettings,
     checkpoint_dir: str | os.PathLike[str] | None = None,
     resume: bool = False,
+    checkpoint_every: int = 0,
     progress: bool = False,
     task_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -214,6 +215,7 @@ def train_one(
     config = TrainConfig(steps=settings.steps, lr=settings.lr, min_lr=settings.min_lr,
                          warmup_steps=min(settings.warmup_steps, settings.steps), weight_decay=settings.weight_decay,
                          grad_clip=settings.grad_clip, eval_every=settings.eval_every, seed=seed, progress=progress,
+                         checkpoint_every=checkpoint_every,
                          log_every=max(1, settings.steps // 50))
     extra = {"task": task.describe(), "scheme": scheme, "settings": asdict(settings), "cell_seed": seed}
     began = time.perf_counter()

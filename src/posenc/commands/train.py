@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and not args.checkpoint_dir:
         raise ValueError("--resume needs --checkpoint-dir (the directory of the run to continue)")
     cell = lg.train_one(args.task, args.scheme, seed=args.seed, settings=settings, checkpoint_dir=args.checkpoint_dir,
-                        resume=args.resume, progress=not args.no_progress)
+                        resume=args.resume, checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
     if info.is_main:
         lo, hi = cell["train_lengths"]
         print(f"{cell['task']} / {cell['scheme']}: trained {cell['steps']} steps on lengths {lo}–{hi} "
@@ -86,6 +86,7 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="the small preset of `lengthgen --quick`")
     p.add_argument("--checkpoint-dir", default=None, help="save here (at the end, every --checkpoint-every, on Ctrl-C)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (0: at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir exactly")
     p.add_argument("--eval-every", type=int, default=None, help="also evaluate every N steps")
     p.add_argument("--json", default=None, help="write the result (accuracy by length, history) to this file")

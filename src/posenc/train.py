@@ -324,6 +324,8 @@ def train(
         with torch.no_grad():
             metrics = evaluate(inner, step)
         inner.train(was_training)
+        if evals and evals[-1]["step"] == step:  # re-evaluating a resumed, finished run
+            evals.pop()
         evals.append({"step": step, **metrics})
 
     result = TrainResult(step=start, interrupted=False, history=history, evals=evals)

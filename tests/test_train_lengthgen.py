@@ -81,3 +81,12 @@ def test_train_command_resumes_to_the_same_result(tmp_path, capsys):
     # more steps would change the schedule of the steps already taken: refused clearly
     assert main([*common[:-1], "20", "--checkpoint-dir", str(run), "--resume"]) == 2
     assert "steps: checkpoint 10 vs now 20" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scheme", ["learned", "naive"])
+def test_encoder_decoder_framing_trains_and_reports_every_length(scheme):
+    settings = lg.CellSettings(framing="encoder-decoder", steps=3, warmup_steps=1, train_max=2, test_max=4, dim=16,
+                               heads=2, layers=1, batch_size=4, eval_examples=3)
+    cell = lg.train_one("scan", scheme, seed=0, settings=settings)
+    assert cell["framing"] == "encoder-decoder" and list(cell["accuracy"]) == ["1", "2", "3", "4"]
+    assert cell["steps"] == 3 and math.isfinite(cell["final_loss"])

@@ -38,6 +38,7 @@ def test_summary_and_published_ranking_are_computed():
     assert summary["copy"]["ranking"] == ["none", "learned", "rope"]
     verdict = summary["copy"]["published_order"]
     assert verdict["agrees"] and verdict["worst_leader"] == 0.5 and verdict["best_laggard"] == 0.25
+    assert verdict["each_leader_ahead"] == {"none": True}
     assert not lg.summarise([cell("none", 0.1), cell("rope", 0.2)])["copy"]["published_order"]["agrees"]
     text = lg.markdown(summary, {"command": "posenc lengthgen", "wall_seconds": 1.0})
     assert "| none | 100.0 | 50.0 |" in text and "**agrees**" in text

@@ -366,7 +366,8 @@ def published_agreement(schemes: dict[str, Any]) -> dict[str, Any]:
     worst_leader = min(schemes[s]["beyond"] for s in leaders)
     best_laggard = max(schemes[s]["beyond"] for s in laggards)
     return {"checked": True, "leaders": leaders, "laggards": laggards, "agrees": worst_leader > best_laggard,
-            "worst_leader": worst_leader, "best_laggard": best_laggard}
+            "worst_leader": worst_leader, "best_laggard": best_laggard,
+            "each_leader_ahead": {s: schemes[s]["beyond"] > best_laggard for s in leaders}}
 
 
 def _pct(x: float) -> str:
@@ -399,7 +400,9 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             word = "agrees" if verdict["agrees"] else "does not agree"
             lines += ["", f"Published ranking (NoPE, T5 ahead of absolute and RoPE beyond the training length): "
                       f"**{word}** here — worst of {verdict['leaders']} {_pct(verdict['worst_leader'])} % vs best of "
-                      f"{verdict['laggards']} {_pct(verdict['best_laggard'])} %."]
+                      f"{verdict['laggards']} {_pct(verdict['best_laggard'])} %. Each alone: "
+                      + ", ".join(f"{k} {'ahead' if v else 'not ahead'}" for k, v in verdict["each_leader_ahead"].items())
+                      + "."]
         lines.append("")
     return "\n".join(lines)
 

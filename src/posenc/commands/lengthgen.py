@@ -8,7 +8,6 @@ accuracy.png. Runs the same under ``torchrun --nproc_per_node=N`` (data-parallel
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import sys
 import time
@@ -96,7 +95,7 @@ def _run_jobs(args: argparse.Namespace, grid: Any) -> tuple[list[dict[str, Any]]
                  "dropout", "eval_examples"):
         if getattr(args, flag) is not None:
             argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    threads = max(1, args.threads or (os.cpu_count() or 1) // args.jobs)
+    threads = args.threads or 1
     procs = [subprocess.Popen([sys.executable, "-m", "posenc.cli", *argv, "--shard", f"{i}/{args.jobs}",
                                "--threads", str(threads), "--no-progress"]) for i in range(args.jobs)]
     try:

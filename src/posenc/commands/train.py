@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from typing import Any
 
 
 def set_threads(threads: int | None, world_size: int) -> int:
-    """torch intra-op threads: ``threads`` or the cores shared among the processes."""
+    """torch intra-op threads: ``threads``, else 1.
+
+    The models here are tiny: a second thread per process buys little and, on a busy
+    machine, synchronising threads costs more than it gains. Use the cores with
+    processes instead (``lengthgen --jobs N`` or ``torchrun --nproc_per_node N``).
+    """
     import torch
 
-    n = threads or max(1, (os.cpu_count() or 1) // max(1, world_size))
+    n = threads or 1
     torch.set_num_threads(n)
     return n
 
@@ -37,7 +41,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=int, default=None)
     g.add_argument("--dropout", type=float, default=None)
     g.add_argument("--eval-examples", type=int, default=None, help="evaluated examples per length")
-    g.add_argument("--threads", type=int, default=None, help="torch threads per process (default: cores / processes)")
+    g.add_argument("--threads", type=int, default=None, help="torch threads per process (default 1; use --jobs/torchrun for more cores)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 

@@ -76,3 +76,15 @@ def test_bad_names_and_lengths_are_clear_errors(gen):
         build_task("copy", num_symbols=30)
     with pytest.raises(ValueError, match="collide"):
         Vocab(["a", SPECIALS[0]])
+
+
+@pytest.mark.parametrize("name", ["copy", "addition", "scan"])
+def test_size_bound_holds_and_is_reached(name, gen):
+    task = build_task(name)
+    for n in [1, 2, 5, 8, 22]:
+        src_max, tgt_max = task.size_bound(n)
+        exs = task.examples([n] * 300, gen)
+        assert max(len(e.source) for e in exs) <= src_max and max(len(e.target) for e in exs) <= tgt_max
+        if name != "scan":  # (SCAN's longest command of a length is rare; its bound is checked by enumeration)
+            assert max(len(e.source) for e in exs) == src_max
+    assert build_task("scan").size_bound(48) == (max(len(c) for c, a in commands() if len(a) == 48), 48)

@@ -98,6 +98,10 @@ class Task(ABC):
     def make(self, length: int, gen: torch.Generator) -> Example:
         """One example of exactly ``length``."""
 
+    def size_bound(self, length: int) -> tuple[int, int]:
+        """Longest possible (source, target) in tokens for examples of ``length`` (default: both ``length``)."""
+        return length, length
+
     def options(self) -> dict[str, Any]:
         return {}
 

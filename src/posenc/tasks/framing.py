@@ -96,11 +96,12 @@ def collate(examples: Sequence[Example], vocab: Vocab, framing: Framing) -> Batc
     return Batch(ids=_pad(tgt, vocab.pad), labels=_pad(labels, IGNORE), lengths=lengths, src=src_t, src_mask=src_mask)
 
 
-def sequence_length(example: Example, framing: Framing) -> int:
-    """The longest position index + 1 the model sees for ``example`` (decoder input or encoder input)."""
+def sequence_length(source_len: int, target_len: int, framing: Framing) -> int:
+    """Positions the model needs for a source and target of these sizes (decoder input, or the
+    longer of encoder and decoder inputs)."""
     if framing == "decoder":
-        return len(example.source) + len(example.target) + 2  # <bos> src <sep> tgt (the <eos> is only a label)
-    return max(len(example.source), len(example.target) + 1)
+        return source_len + target_len + 2  # <bos> src <sep> tgt (the <eos> is only a label)
+    return max(source_len, target_len + 1)
 
 
 def logits(model: nn.Module, batch: Batch) -> Tensor:

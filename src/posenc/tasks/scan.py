@@ -84,6 +84,10 @@ class Scan(Task):
         """The lengths that have at least one command."""
         return list(by_length())
 
+    def size_bound(self, length: int) -> tuple[int, int]:
+        bucket = by_length().get(length, ())
+        return max((len(commands()[i][0]) for i in bucket), default=0), length
+
     def make(self, length: int, gen: torch.Generator) -> Example:
         bucket = by_length().get(length)
         if not bucket:

@@ -88,6 +88,9 @@ class Addition(Task):
             digits[0] = 1 + int(torch.randint(0, 9, (1,), generator=gen))
         return int("".join(map(str, digits)))
 
+    def size_bound(self, length: int) -> tuple[int, int]:
+        return 2 * length + 1, length + 1
+
     def make(self, length: int, gen: torch.Generator) -> Example:
         a, b = self._number(length, gen), self._number(length, gen)
         return Example(source=(*str(a), "+", *str(b)), target=tuple(str(a + b)), length=length)

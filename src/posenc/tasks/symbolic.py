@@ -1,0 +1,96 @@
+"""Copy, reverse, sort and multi-digit addition (Kazemnejad et al., NeurIPS 2023, §3).
+
+The reference for each target is a one-line Python statement (``list``,
+``reversed``, ``sorted``, ``int`` addition), which the tests re-check.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any, ClassVar
+
+import torch
+
+from posenc.tasks.base import Example, Task
+
+
+class _SymbolTask(Task):
+    """A random string of ``length`` symbols from an alphabet of ``num_symbols`` letters."""
+
+    def __init__(self, *, num_symbols: int = 10) -> None:
+        if not 2 <= num_symbols <= 26:
+            raise ValueError(f"num_symbols must be in 2..26, got {num_symbols}")
+        self.num_symbols = num_symbols
+
+    def symbols(self) -> list[str]:
+        return list(string.ascii_lowercase[: self.num_symbols])
+
+    def options(self) -> dict[str, Any]:
+        return {"num_symbols": self.num_symbols}
+
+    def _draw(self, length: int, gen: torch.Generator) -> tuple[str, ...]:
+        letters = self.symbols()
+        return tuple(letters[i] for i in torch.randint(0, self.num_symbols, (length,), generator=gen).tolist())
+
+    def answer(self, source: tuple[str, ...]) -> tuple[str, ...]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def make(self, length: int, gen: torch.Generator) -> Example:
+        source = self._draw(length, gen)
+        return Example(source=source, target=self.answer(source), length=length)
+
+
+class Copy(_SymbolTask):
+    """Output the input unchanged."""
+
+    name: ClassVar[str] = "copy"
+
+    def answer(self, source: tuple[str, ...]) -> tuple[str, ...]:
+        return source
+
+
+class Reverse(_SymbolTask):
+    """Output the input backwards."""
+
+    name: ClassVar[str] = "reverse"
+
+    def answer(self, source: tuple[str, ...]) -> tuple[str, ...]:
+        return source[::-1]
+
+
+class Sort(_SymbolTask):
+    """Output the input's symbols in alphabetical order (repeats kept)."""
+
+    name: ClassVar[str] = "sort"
+
+    def answer(self, source: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(source))
+
+
+class Addition(Task):
+    """``a + b`` → the digits of a + b, where a and b both have exactly ``length`` digits.
+
+    Digits are written most-significant first (as people write them), which is
+    the harder direction for a left-to-right model: the first output digit
+    depends on every carry. The answer has ``length`` or ``length + 1`` digits.
+    """
+
+    name: ClassVar[str] = "addition"
+    length_unit: ClassVar[str] = "digits per operand"
+
+    def symbols(self) -> list[str]:
+        return [*"0123456789", "+"]
+
+    def _number(self, length: int, gen: torch.Generator) -> int:
+        """Uniform over the numbers with exactly ``length`` digits (no leading zero unless length 1)."""
+        digits = torch.randint(0, 10, (length,), generator=gen).tolist()
+        if length > 1:
+            digits[0] = 1 + int(torch.randint(0, 9, (1,), generator=gen))
+        return int("".join(map(str, digits)))
+
+    def size_bound(self, length: int) -> tuple[int, int]:
+        return 2 * length + 1, length + 1
+
+    def make(self, length: int, gen: torch.Generator) -> Example:
+        a, b = self._number(length, gen), self._number(length, gen)
+        return Example(source=(*str(a), "+", *str(b)), target=tuple(str(a + b)), length=length)

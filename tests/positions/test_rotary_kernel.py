@@ -3,8 +3,16 @@
 import pytest
 import torch
 
+from posenc.positions import rotary_kernel
+
 from posenc.positions import RoPE
 from posenc.positions.rotary import apply_rotary, apply_rotary_reference
+
+
+@pytest.fixture(autouse=True)
+def kernel_at_any_size(monkeypatch):
+    """Small test inputs would take the textbook path; make them take the kernel."""
+    monkeypatch.setattr(rotary_kernel, "SMALL_NUMEL", 0)
 
 
 def _tables(gen, lead, seq, pairs, dtype=torch.float64):
@@ -35,7 +43,6 @@ def test_kernel_gradients_first_and_second_order(gen, pairing):
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 def test_half_pairing_blocks_cover_every_row(gen, pairing, monkeypatch):
-    from posenc.positions import rotary_kernel
     monkeypatch.setattr(rotary_kernel, "BLOCK_BYTES", 64)  # force many small (and one ragged) blocks
     x = torch.randn(3, 7, 8, generator=gen)
     cos, sin = _tables(gen, (), 7, 4, torch.float32)
@@ -69,3 +76,13 @@ def test_cos_sin_cache_is_exact_and_follows_options(gen):
     assert torch.equal(rope.cos_sin(pos)[0], theta.cos().float())
     far = torch.tensor([10**7])  # past TABLE_LIMIT: computed directly, still float64 angles
     assert torch.equal(rope.cos_sin(far)[1], (far.double()[:, None] * rope.inv_freq()).sin().float())
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_rope_apply_through_kernel_equals_textbook(gen, pairing, monkeypatch):
+    rope = RoPE(head_dim=12, rotary_dim=8, pairing=pairing)
+    x = torch.randn(2, 3, 6, 12, generator=gen)
+    pos = torch.randint(0, 5000, (2, 6), generator=gen)
+    fast = rope.apply(x, pos)
+    monkeypatch.setattr(rotary_kernel, "SMALL_NUMEL", 1 << 30)  # everything takes the textbook path
+    torch.testing.assert_close(fast, rope.apply(x, pos))

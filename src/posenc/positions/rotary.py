@@ -42,10 +42,12 @@ def rope_frequencies(rotary_dim: int, base: float = 10000.0) -> Tensor:
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "half") -> Tensor:
     """Rotate the first 2·P coordinates of ``x`` pairwise; the rest pass through.
 
-    Runs the single-pass kernel of ``posenc.positions.rotary_kernel`` (one
-    complex multiply for the interleaved pairing, cache-blocked ops for the
-    half pairing); falls back to ``apply_rotary_reference`` when cos/sin need
-    gradients or do not broadcast against x without enlarging it.
+    Runs the kernel of ``posenc.positions.rotary_kernel`` (one complex
+    multiply for the interleaved pairing, cache-blocked ops for the half
+    pairing); uses ``apply_rotary_reference`` for tiny inputs (fewer than
+    ``SMALL_NUMEL`` elements, e.g. one decoding step, where per-op overhead
+    dominates), when cos/sin need gradients, or when they do not broadcast
+    against x without enlarging it.
 
     Args:
         x: (..., T, Dh) queries or keys.
@@ -63,6 +65,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
         and tuple(torch.broadcast_shapes(cos.shape, sin.shape, (*x.shape[:-1], pairs))) == (*x.shape[:-1], pairs)
     )
     if not fits or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
+        return apply_rotary_reference(x, cos, sin, pairing=pairing)
+    if x.numel() < rotary_kernel.SMALL_NUMEL:  # a few tokens (decoding): fewest Python-level ops wins
         return apply_rotary_reference(x, cos, sin, pairing=pairing)
     return rotary_kernel.rotate(x, cos, sin, pairing=pairing)
 
@@ -163,7 +167,10 @@ class RoPE(RotaryScheme):
         depend on. Positions past ``TABLE_LIMIT`` rows·pairs, and subclasses
         that override ``angles``, are computed directly.
         """
-        positions = check_positions(positions)
+        return self._cos_sin(check_positions(positions), dtype)
+
+    def _cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``cos_sin`` for positions already checked (``apply`` checks them once)."""
         if type(self).angles is not RoPE.angles or not positions.numel():
             return self._cos_sin_direct(positions, dtype)
         rows = max(256, 1 << int(positions.max()).bit_length())
@@ -198,7 +205,11 @@ class RoPE(RotaryScheme):
         if positions.shape[-1] != x.shape[-2]:
             raise ValueError(f"rope: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        cos, sin = self.cos_sin(positions.to(x.device), dtype=dtype)
+        positions = positions.to(x.device)
+        if type(self).cos_sin is RoPE.cos_sin:
+            cos, sin = self._cos_sin(positions, dtype)  # already checked: skip the second check
+        else:
+            cos, sin = self.cos_sin(positions, dtype=dtype)
         if positions.dim() == 2 and x.dim() == 4:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
         return apply_rotary(x, cos, sin, pairing=self.pairing)

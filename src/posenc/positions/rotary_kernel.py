@@ -36,6 +36,9 @@ from torch import Tensor
 #: core's L2/L3 between the three ops, large enough that Python overhead
 #: (a few µs per op) stays negligible.
 BLOCK_BYTES = 1 << 20
+#: Below this many elements ``apply_rotary`` uses the textbook form instead:
+#: everything is in cache and the fewest Python-level calls win (decoding steps).
+SMALL_NUMEL = 1 << 14
 
 
 def _complex_ok(t: Tensor) -> bool:
@@ -75,7 +78,10 @@ def rotate_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, *, pairing: st
     seq = x.shape[-2]
     row_bytes = max(1, x.numel() // max(seq, 1) * x.element_size())
     step = max(1, BLOCK_BYTES // row_bytes)
-    blocks = zip(x.split(step, dim=-2), out.split(step, dim=-2), cos2.split(step, dim=-2), sin.split(step, dim=-2))
+    if step >= seq:  # one block: no splitting (the common small case, where Python overhead is what counts)
+        blocks: Any = ((x, out, cos2, sin),)
+    else:
+        blocks = zip(x.split(step, dim=-2), out.split(step, dim=-2), cos2.split(step, dim=-2), sin.split(step, dim=-2))
     for xb, ob, cb, sb in blocks:
         src = xb[..., :rot].clone() if inplace else xb[..., :rot]  # in place needs the original values
         dst = ob[..., :rot]

@@ -86,3 +86,4 @@ def test_rope_apply_through_kernel_equals_textbook(gen, pairing, monkeypatch):
     fast = rope.apply(x, pos)
     monkeypatch.setattr(rotary_kernel, "SMALL_NUMEL", 1 << 30)  # everything takes the textbook path
     torch.testing.assert_close(fast, rope.apply(x, pos))
+

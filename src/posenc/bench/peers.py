@@ -29,6 +29,7 @@ S source length, V vocabulary, D width.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -123,9 +124,11 @@ class TorchTransformerSeq2Seq(nn.Module):
             nn.init.normal_(emb.weight, std=dim**-0.5)
         self.register_buffer("pe", sinusoid_table(torch.arange(max_len), dim).float(), persistent=False)
         self.dropout = nn.Dropout(dropout)
-        self.transformer = nn.Transformer(
-            d_model=dim, nhead=num_heads, num_encoder_layers=num_layers, num_decoder_layers=num_layers,
-            dim_feedforward=ffn_dim, dropout=dropout, batch_first=True, norm_first=norm_first)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "enable_nested_tensor ... norm_first": an inference-only fast path
+            self.transformer = nn.Transformer(
+                d_model=dim, nhead=num_heads, num_encoder_layers=num_layers, num_decoder_layers=num_layers,
+                dim_feedforward=ffn_dim, dropout=dropout, batch_first=True, norm_first=norm_first)
 
     def embed(self, emb: nn.Embedding, ids: Tensor) -> Tensor:
         return self.dropout(emb(ids) * math.sqrt(self.dim) + self.pe[: ids.shape[1]])  # (B, T, D)

@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from typing import Any
 
 DEFAULT_SUITES = "rope,angles,additive,bias,attention,train,lab"
+
+
+def canonical_command(args: argparse.Namespace, *, suites: list[str], size: str, allocators: list[str],
+                      compile_peers: bool) -> str:
+    """The command line that reproduces this run, every choice spelled out."""
+    parts = ["posenc", "bench", "--size", size, "--suites", ",".join(suites), "--alloc", ",".join(allocators),
+             "--compile" if compile_peers else "--no-compile", "--seed", str(args.seed)]
+    if args.threads is not None:
+        parts += ["--threads", str(args.threads)]
+    for flag in ("out", "json", "markdown"):
+        if getattr(args, flag):
+            parts += [f"--{flag}", getattr(args, flag)]
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     size = "full" if args.full else args.size
     compile_peers = args.compile if args.compile is not None else size == "full"
-    command = "posenc " + " ".join(shlex.quote(a) for a in (args.argv or sys.argv[1:]))
+    command = canonical_command(args, suites=suites, size=size, allocators=allocators, compile_peers=compile_peers)
     result = run_bench(suites, size=size, allocators=allocators, compile_peers=compile_peers, seed=args.seed,
                        command=command, progress=not args.quiet)
     print(report.render_terminal(result))
@@ -62,4 +74,4 @@ def register(sub: Any) -> None:
     p.add_argument("--json", default=None, help="write the results as JSON here")
     p.add_argument("--markdown", default=None, help="write the results as Markdown here")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=run, argv=None)
+    p.set_defaults(func=run)

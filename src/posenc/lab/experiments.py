@@ -1,0 +1,85 @@
+"""Run the lab: every experiment of shared/SPEC.md, by id, with progress.
+
+>>> from posenc.lab.experiments import run_lab, LabConfig
+>>> findings = run_lab(LabConfig(), only=["sinusoid-norm"])
+>>> findings[0].values["norm"]  # doctest: +ELLIPSIS
+5.65685424949238...
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+# importing the article modules registers their experiments, in SPEC order
+from posenc.lab import article000, article002, article003  # noqa: F401
+from posenc.lab.core import EXPERIMENTS, Finding, LabConfig
+from posenc.lab.measures import scheme_properties
+from posenc.positions import build, lookup, names
+
+__all__ = ["EXPERIMENTS", "Finding", "LabConfig", "experiment_ids", "property_table", "run_lab"]
+
+
+def experiment_ids() -> list[str]:
+    """Every experiment id, in SPEC order."""
+    return list(EXPERIMENTS)
+
+
+def select(only: Sequence[str] | None) -> list[str]:
+    """The ids to run; unknown ids raise with the valid list."""
+    if not only:
+        return experiment_ids()
+    unknown = [i for i in only if i not in EXPERIMENTS]
+    if unknown:
+        raise ValueError(f"unknown experiment id(s) {unknown}; valid ids: {', '.join(EXPERIMENTS)}")
+    return [i for i in EXPERIMENTS if i in set(only)]
+
+
+def run_lab(cfg: LabConfig, *, only: Sequence[str] | None = None, progress: bool = False) -> list[Finding]:
+    """Run the selected experiments in SPEC order; each finding records its wall time.
+
+    The experiments work on small tensors, where intra-op threads cost more
+    than they save (and oversubscribe a shared machine), so torch runs
+    single-threaded for the duration; the previous setting is restored.
+    """
+    findings = []
+    ids = select(only)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        bar = tqdm(ids, desc="posenc lab", unit="exp", disable=not progress, leave=False)
+        for exp_id in bar:
+            bar.set_postfix_str(exp_id)
+            start = time.perf_counter()
+            finding = EXPERIMENTS[exp_id].run(cfg)
+            finding.seconds = time.perf_counter() - start
+            findings.append(finding)
+    finally:
+        torch.set_num_threads(threads)
+    return findings
+
+
+def property_table(cfg: LabConfig, *, progress: bool = False) -> list[dict[str, Any]]:
+    """One row of measured properties per registered scheme (``posenc.positions.names()``).
+
+    Each scheme is built with the lab's width, 4 heads (1 where the width does
+    not divide) and, where it takes one, the lab's base. A scheme that cannot
+    be built or measured gets a row with ``error`` instead of crashing the table.
+    """
+    heads = 4 if cfg.dim % 4 == 0 else 1
+    rows = []
+    for name in tqdm(names(), desc="properties", unit="scheme", disable=not progress, leave=False):
+        try:
+            cls = lookup(name)
+            options = {"base": cfg.base} if "base" in inspect.signature(cls.__init__).parameters else {}
+            scheme = build(name, dim=cfg.dim, num_heads=heads, **options)
+            rows.append(scheme_properties(scheme, length=cfg.length))
+        except Exception as err:  # noqa: BLE001 - one odd scheme must not hide the others
+            rows.append({"name": name, "family": getattr(lookup(name), "family", "?"),
+                         "error": f"{type(err).__name__}: {err}"})
+    return rows

@@ -1,0 +1,482 @@
+"""Showing the lab's findings: a terminal table, JSON, and a static HTML report with figures.
+
+Nothing here measures anything: it reads the plain data the experiments
+returned (``Finding``) and the property rows, and draws or prints them.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from posenc.lab.core import Finding, LabConfig
+
+# -- short text per experiment ----------------------------------------------------------------------------
+
+
+def _g(x: Any, digits: int = 3) -> str:
+    """A compact number: 4 significant digits, scientific when tiny."""
+    if x is None:
+        return "—"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if x == 0:
+            return "0"
+        if abs(x) < 1e-3 or abs(x) >= 1e5:
+            return f"{x:.1e}"
+        return f"{x:.{digits}f}" if abs(x) < 100 else f"{x:.1f}"
+    return str(x)
+
+
+def _naive(v: dict) -> str:
+    w = v["windows"]
+    return "; ".join(f"@{x['start']}: pos {_g(x['position_spread'], 2)} vs content {_g(x['content_spread'], 2)}, "
+                     f"p_max {_g(x['max_prob'])}" for x in w)
+
+
+HEADLINES: dict[str, Callable[[dict], str]] = {
+    "naive-position": _naive,
+    "sinusoid-norm": lambda v: f"norm {v['norm']:.4f} (√(d/2) {v['expected']:.4f}), spread {_g(v['norm_spread'])}",
+    "distance-only": lambda v: f"diagonal spread {_g(v['diagonal_spread'])}, vs Σcos {_g(v['formula_error'])}",
+    "not-monotonic": lambda v: (f"{', '.join(f'{x:.2f}' for x in v['profile_head'][:7])}…; rises {v['increases']}/"
+                                f"{v['steps']}, min {v['min']:.2f} @ {v['argmin']}, last {v['last']:.2f}"),
+    "shift-is-linear": lambda v: (f"k={v['offsets']}: sinusoid ≤ {_g(max(v['sinusoid_residual']))}, random ≥ "
+                                  f"{_g(min(v['random_residual']))} (rel {_g(min(v['random_relative']))})"),
+    "beyond-training-length": lambda v: (f"p={v['position']}: norm {v['norm']:.4f}, PE·PE(+1) {v['dot_next']:.3f} "
+                                         f"= origin {v['dot_origin']:.3f}; learned row: {_g(v['learned_defined'])}"),
+    "position-vs-content": lambda v: (f"partner {v['partner_without']:.3f}→{v['partner_with']:.3f}, neighbour "
+                                      f"{v['neighbour_without']:.3f}→{v['neighbour_with']:.3f}"),
+    "permutation": lambda v: (f"equivariant: none {_g(v['no_position'])}, fixed {_g(v['position_fixed'])}, "
+                              f"travel {_g(v['position_travels'])}"),
+    "pe-module": lambda v: (f"shape {v['input_shape']}→{v['output_shape']}, dropout zeros "
+                            f"{v['dropout_zero_fraction']:.3f}, crossings {v['crossings_per_pair'][:4]}…"),
+    "multihead-shapes": lambda v: (f"{v['input_shape']}→{v['output_shape']}, masked weight {_g(v['masked_weight'])}, "
+                                   f"masked keys' effect {_g(v['masked_keys_effect'])}"),
+    "complexity": lambda v: (f"FLOP slope cnn {v['flops_slope']['cnn']:.2f} rnn {v['flops_slope']['rnn']:.2f} attn "
+                             f"{v['flops_slope']['attention']:.2f}; path cnn {v['max_path_length']['cnn']} rnn "
+                             f"{v['max_path_length']['rnn']} attn {v['max_path_length']['attention']}"),
+    "encoder-decoder-causal": lambda v: (f"earlier outputs moved {_g(v['max_change_before'])}, own moved ≥ "
+                                         f"{_g(v['min_change_at'])}"),
+    "exercises-depth": lambda v: (f"probe acc at depth {v['depths'][-1]}: residual {v['accuracy_residual'][-1]:.2f}, "
+                                  f"plain {v['accuracy_plain'][-1]:.2f} (from {v['accuracy_plain'][0]:.2f}; chance "
+                                  f"{v['chance']:.2f})"),
+    "exercises-learned": lambda v: ("acc " + ", ".join(f"{k} {_g(x, 2)}" for k, x in v["accuracy"].items())
+                                    + "; learned past table: " + _g(v["accuracy_beyond_table"]["learned"])),
+    "exercises-relative": lambda v: ("shifted acc " + ", ".join(f"{k} {_g(x, 2)}"
+                                                                for k, x in v["accuracy_shifted"].items())),
+    "lookup-is-matmul": lambda v: (f"bitwise equal {_g(v['bitwise_equal'])}; FLOPs lookup {v['flops']['lookup']} vs "
+                                   f"matmul {v['flops']['one_hot_matmul']}"),
+    "table-size": lambda v: f"params {v['parameters']}, ratios {v['ratios']}",
+    "tying": lambda v: f"tied {v['parameters']['tied']}, untied {v['parameters']['untied']}",
+    "self-score": lambda v: ("own row on top: " + ", ".join(_g(x, 2) for x in v["self_top_fraction"])
+                             + " as row lengths spread"),
+    "cosine-vs-dot": lambda v: (f"cosine lists changed {v['cosine_lists_changed']}; stretched leads "
+                                + ", ".join(_g(x, 2) for x in v["dot_led_fraction"])),
+    "sqrt-d": lambda v: f"norm ratio {v['ratio_min']:.4f}…{v['ratio_max']:.4f} (√d {v['sqrt_d']:.4f}), min cos {v['cosine_min']:.6f}",
+    "no-context": lambda v: f"same id, max diff {_g(v['max_difference'])}; with positions {_g(v['max_difference_with_positions'])}",
+}
+
+
+def headline(f: Finding) -> str:
+    fn = HEADLINES.get(f.id)
+    if fn is not None:
+        try:
+            return fn(f.values)
+        except (KeyError, TypeError, IndexError, ValueError):
+            pass
+    scalars = [(k, v) for k, v in f.values.items() if isinstance(v, (int, float, bool))]
+    return ", ".join(f"{k} {_g(v)}" for k, v in scalars[:4])
+
+
+def terminal_table(findings: Sequence[Finding], *, width: int = 100) -> str:
+    """One row per experiment: id, holds, seconds, the measured headline (wrapped to ``width``)."""
+    id_w = max([len(f.id) for f in findings] + [10])
+    lead = id_w + 2 + 5 + 2 + 5 + 2
+    room = max(width - lead, 30)
+    lines = [f"{'experiment':<{id_w}}  {'holds':<5}  {'sec':>5}  measured", "-" * min(width, lead + room)]
+    for f in findings:
+        text = headline(f)
+        chunks = textwrap.wrap(text, room) or [""]
+        mark = "yes" if f.holds else "NO"
+        lines.append(f"{f.id:<{id_w}}  {mark:<5}  {f.seconds:>5.2f}  {chunks[0]}")
+        lines.extend(" " * lead + c for c in chunks[1:])
+    held = sum(f.holds for f in findings)
+    lines.append(f"{held}/{len(findings)} claims hold")
+    return "\n".join(lines)
+
+
+PROPERTY_COLUMNS = [
+    ("name", "scheme"), ("family", "family"), ("norm_constant", "norm const"), ("translation_invariant", "i−j only"),
+    ("monotone_decay", "decays"), ("symmetric", "symmetric"), ("shift_residual", "shift resid"),
+    ("defined_beyond", "beyond L"),
+]
+
+
+def property_text(rows: Sequence[dict[str, Any]]) -> str:
+    """The property table as fixed-width text."""
+    widths = [max(len(h), 11) for _, h in PROPERTY_COLUMNS]
+    out = ["  ".join(f"{h:<{w}}" for (_, h), w in zip(PROPERTY_COLUMNS, widths))]
+    for row in rows:
+        if "error" in row:
+            out.append(f"{row['name']:<{widths[0]}}  {row.get('family', '?'):<{widths[1]}}  error: {row['error'][:50]}")
+            continue
+        out.append("  ".join(f"{_g(row.get(k)):<{w}}" for (k, _), w in zip(PROPERTY_COLUMNS, widths)))
+    return "\n".join(out)
+
+
+def to_json(findings: Sequence[Finding], *, cfg: LabConfig | None = None, properties: Sequence[dict] | None = None,
+            series: bool = False) -> dict[str, Any]:
+    """The JSON object: ``{"experiments": [{id, claim, params, values, holds}, …]}`` (+ config, properties)."""
+    out: dict[str, Any] = {"experiments": []}
+    for f in findings:
+        rec = f.public()
+        if series:
+            rec = {**rec, "article": f.article, "seconds": f.seconds, "series": f.series}
+        out["experiments"].append(rec)
+    if cfg is not None:
+        out["config"] = cfg.to_dict()
+    if properties is not None:
+        out["properties"] = list(properties)
+    return out
+
+
+# -- figures -----------------------------------------------------------------------------------------------
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"figure.dpi": 110, "axes.spines.top": False, "axes.spines.right": False,
+                         "axes.grid": True, "grid.alpha": 0.3, "font.size": 9})
+    return plt
+
+
+def _save(fig: Any, out: Path, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(out / name)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return name
+
+
+def fig_naive(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    s = f.series
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    ax.plot(s["starts"], s["position_spread"], label="position part i·j/√5", color="tab:red")
+    ax.plot(s["starts"], s["content_spread"], label="content part", color="tab:blue")
+    ax.set_yscale("log")
+    ax.set_xlabel("first position of the 6-token window")
+    ax.set_ylabel("logit spread (max − min)")
+    ax2 = ax.twinx()
+    ax2.plot(s["starts"], s["max_prob"], color="gray", ls="--", label="largest softmax probability")
+    ax2.set_ylim(0, 1.05)
+    ax2.set_ylabel("max probability")
+    ax2.grid(False)
+    lines = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax.legend(lines, [ln.get_label() for ln in lines], loc="center right", fontsize=8)
+    ax.set_title("Naive index: the position part grows until it swamps content")
+    return [_save(fig, out, "naive_position.png")]
+
+
+def fig_pe_module(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    s = f.series
+    fig, ax = plt.subplots(figsize=(6.4, 3.3))
+    for col, ys in s["columns"].items():
+        ax.plot(range(len(ys)), ys, label=f"column {col}")
+    ax.set_xlabel("position")
+    ax.set_ylabel("value")
+    ax.set_title(f"Sinusoid columns over {len(next(iter(s['columns'].values())))} positions (d = {f.params['dim']})")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.22), frameon=False)
+    names = [_save(fig, out, "pe_columns.png")]
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    im = ax.imshow(s["heatmap"], aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    ax.set_xlabel("encoding dimension (column)")
+    ax.set_ylabel("position")
+    ax.grid(False)
+    ax.set_title("The table as a heat map: low columns flip fast, like the low bits of a counter")
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    names.append(_save(fig, out, "pe_heatmap.png"))
+    return names
+
+
+def fig_profile(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    ys = f.series["profile"]
+    v = f.values
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    ax.plot(range(len(ys)), ys, color="tab:blue", lw=1.2, label="PE(i)·PE(i+δ)")
+    rises = [i + 1 for i in range(len(ys) - 1) if ys[i + 1] > ys[i] + 1e-9 * max(map(abs, ys))]
+    ax.scatter(rises, [ys[i] for i in rises], s=4, color="tab:red", zorder=3, label=f"rises ({len(rises)} steps)")
+    ax.scatter([v["argmin"]], [v["min"]], s=50, marker="v", color="black", zorder=4,
+               label=f"minimum {v['min']:.2f} at δ = {v['argmin']}")
+    ax.scatter([len(ys) - 1], [v["last"]], s=40, marker="o", facecolor="none", edgecolor="black", zorder=4,
+               label=f"last {v['last']:.2f}")
+    ax.set_xlabel("distance δ")
+    ax.set_ylabel("inner product")
+    ax.set_title("Sinusoid similarity against distance: not monotone")
+    ax.legend(fontsize=8)
+    return [_save(fig, out, "distance_profile.png")]
+
+
+def fig_shift(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    v = f.values
+    x = range(len(v["offsets"]))
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    ax.bar([i - 0.2 for i in x], [max(r, 1e-18) for r in v["sinusoid_residual"]], 0.4, label="sinusoid")
+    ax.bar([i + 0.2 for i in x], v["random_residual"], 0.4, label="random table, same size")
+    ax.set_xticks(list(x), [str(k) for k in v["offsets"]])
+    ax.set_yscale("log")
+    ax.set_xlabel("offset k")
+    ax.set_ylabel("max |residual| of the best M_k")
+    ax.set_title("PE(p+k) = M_k·PE(p): one linear map fits the sinusoid, nothing fits random")
+    ax.legend(fontsize=8)
+    return [_save(fig, out, "shift_residual.png")]
+
+
+def fig_attention_rows(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    v = f.values
+    n = len(v["without"])
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.1))
+    ax.bar([i - 0.2 for i in range(n)], v["without"], 0.4, label="content only")
+    ax.bar([i + 0.2 for i in range(n)], v["with"], 0.4, label="content + sinusoid")
+    ax.set_xticks(range(n), [f"t{i}" + (" (partner)" if i == f.params["partner"] else "") for i in range(n)],
+                  fontsize=7)
+    ax.set_ylabel("token 0's attention share")
+    ax.set_title(f"Row of t0 at scale {f.params['headline_scale']:.2f}")
+    ax.legend(fontsize=7)
+    lost = [a - b for a, b in zip(v["partner_without_by_scale"], v["partner_with_by_scale"])]
+    bx.plot(v["scales"], v["row_change_by_scale"], "o-", color="tab:purple", label="row moved (total variation)")
+    bx.plot(v["scales"], lost, "s-", color="tab:blue", label="partner share lost")
+    bx.axvline(math.sqrt(f.params["dim"]), color="gray", ls=":", lw=1)
+    bx.text(math.sqrt(f.params["dim"]), max(v["row_change_by_scale"]), " ×√d", fontsize=7, va="top")
+    bx.set_xscale("log", base=2)
+    bx.set_xlabel("embedding scale (content norm ≈ scale)")
+    bx.set_ylabel("change when positions are added")
+    bx.set_title("Bigger embeddings: positions move less")
+    bx.legend(fontsize=7)
+    return [_save(fig, out, "attention_rows.png")]
+
+
+def fig_complexity(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    v, p = f.values, f.params
+    ns = p["lengths"]
+    fig, axes = plt.subplots(1, 4, figsize=(12, 3.1))
+    colors = {"cnn": "tab:green", "rnn": "tab:orange", "attention": "tab:purple"}
+    for name, ys in v["flops"].items():
+        axes[0].plot(ns, ys, "o-", color=colors[name], label=f"{name} (slope {v['flops_slope'][name]:.2f})")
+    axes[0].set(yscale="log", xlabel="n", ylabel="FLOPs (one layer)", title="Operations")
+    for name, ys in v["milliseconds"].items():
+        axes[1].plot(ns, ys, "o-", color=colors[name], label=name)
+    axes[1].set(yscale="log", xlabel="n", ylabel="ms (median)", title="Wall time, CPU")
+    for name, ys in v["sequential_depth"].items():
+        axes[2].plot(ns, ys, "o-", color=colors[name], label=name)
+    axes[2].set(yscale="log", xlabel="n", ylabel="autograd chain length", title="Sequential steps")
+    for name, ys in v["max_path_length"].items():
+        axes[3].plot(p["path_lengths"], ys, "o-", color=colors[name], label=name)
+    axes[3].set(xlabel="n", ylabel="layers / steps", title="Path: input n−1 → output 0")
+    for ax in axes[:3]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
+    for ax in axes:
+        ax.legend(fontsize=7)
+    return [_save(fig, out, "complexity.png")]
+
+
+def fig_depth(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    v = f.values
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    ax.plot(v["depths"], v["accuracy_residual"], "o-", label="x + att(LN(x)) (residual)")
+    ax.plot(v["depths"], v["accuracy_plain"], "s-", label="x ← att(x) (no residual)")
+    ax.axhline(v["chance"], color="gray", ls=":", label="chance")
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlabel("random attention layers stacked")
+    ax.set_ylabel("position probe accuracy")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("How much position survives depth")
+    ax.legend(fontsize=8)
+    return [_save(fig, out, "depth_probe.png")]
+
+
+def fig_exercises(findings: dict[str, Finding], out: Path) -> list[str]:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    trained: dict[str, float | None] = {}
+    shifted: dict[str, float | None] = {}
+    for key in ("exercises-learned", "exercises-relative"):
+        if key in findings:
+            trained.update(findings[key].values["accuracy"])
+            shifted.update(findings[key].values.get("accuracy_shifted", {}))
+    bars = [(k, trained[k], shifted.get(k)) for k in trained]
+    x = range(len(bars))
+    ax.bar([i - 0.2 for i in x], [b[1] or 0 for b in bars], 0.4, label="trained positions")
+    ax.bar([i + 0.2 for i in x], [b[2] or 0 for b in bars], 0.4, label="every position shifted far away")
+    for i, b in enumerate(bars):
+        if b[2] is None:
+            ax.text(i + 0.2, 0.02, "no row there", ha="center", fontsize=7, rotation=90)
+    ax.set_xticks(list(x), [b[0] for b in bars])
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("previous-token accuracy")
+    ax.set_title("Learned and relative positions, trained on the same task")
+    ax.legend(fontsize=8)
+    return [_save(fig, out, "exercises.png")]
+
+
+def fig_neighbours(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    v = f.values
+    factors = f.params["factors"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(9, 3.1), gridspec_kw={"width_ratios": [1.3, 1]})
+    ax.plot(factors, v["dot_rank_after"], "o-", label="dot product, stretched")
+    ax.axhline(v["dot_rank_before"], color="tab:blue", ls=":", label="dot product, before")
+    ax.plot(factors, v["cosine_rank_after"], "s--", color="tab:green", label="cosine, stretched")
+    ax.axhline(v["cosine_rank_before"], color="tab:green", ls=":", label="cosine, before")
+    ax.set(xscale="log", yscale="log", xlabel="stretch factor", ylabel="mean rank of the stretched row",
+           title="Rank of one stretched row in others' lists")
+    from matplotlib.ticker import ScalarFormatter
+
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.legend(fontsize=7)
+    lists = v["example_lists"]
+    sid = f.params["stretched"]
+    rows = [[name.replace("_", " "), "  ".join(("[" + str(t) + "]") if t == sid else str(t) for t in ids)]
+            for name, ids in lists.items()]
+    bx.axis("off")
+    table = bx.table(cellText=rows, colLabels=["list", "top neighbours, best first"],
+                     loc="center", cellLoc="left", colWidths=[0.35, 0.65])
+    table.auto_set_font_size(False)
+    table.set_fontsize(8)
+    table.scale(1, 1.5)
+    bx.set_title(f"Token [{sid}] stretched ×{v['example_factor']:g}: lists of token {v['example_token']}",
+                 fontsize=9)
+    return [_save(fig, out, "neighbours.png")]
+
+
+def fig_self_score(f: Finding, out: Path) -> list[str]:
+    plt = _plt()
+    v = f.values
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
+    ax.plot(f.params["length_spreads"], v["self_top_fraction"], "o-", label="dot product")
+    ax.plot(f.params["length_spreads"], v["cosine_self_top_fraction"], "s--", label="cosine")
+    ax.set(xlabel="spread σ of log row length", ylabel="own token scores highest", ylim=(0, 1.05),
+           title="h = a token's row: does that token win?")
+    ax.legend(fontsize=8)
+    return [_save(fig, out, "self_score.png")]
+
+
+FIGURES: dict[str, Callable[[Finding, Path], list[str]]] = {
+    "naive-position": fig_naive, "pe-module": fig_pe_module, "not-monotonic": fig_profile,
+    "shift-is-linear": fig_shift, "position-vs-content": fig_attention_rows, "complexity": fig_complexity,
+    "exercises-depth": fig_depth, "cosine-vs-dot": fig_neighbours, "self-score": fig_self_score,
+}
+
+
+# -- HTML ------------------------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;
+color:#222;line-height:1.45}
+h1{margin-bottom:.2em} .sub{color:#666;margin-top:0}
+table{border-collapse:collapse;width:100%;font-size:.9em;margin:1em 0}
+th,td{border-bottom:1px solid #ddd;padding:.35em .5em;text-align:left;vertical-align:top}
+th{background:#f5f5f5} .yes{color:#137333;font-weight:600} .no{color:#c5221f;font-weight:600}
+section{border-top:2px solid #eee;margin-top:2em;padding-top:.5em}
+.claim{font-size:1.05em} .meta{color:#666;font-size:.85em}
+pre{background:#f8f8f8;padding:.6em;overflow-x:auto;font-size:.8em;max-height:22em}
+img{max-width:100%;display:block;margin:.8em 0;border:1px solid #eee}
+code{background:#f3f3f3;padding:0 .2em;word-break:break-word}
+table.values td:first-child{width:14em}
+"""
+
+
+def _compact(value: Any, limit: int = 12) -> Any:
+    """Lists longer than ``limit`` shortened for display (the full data is in results.json)."""
+    if isinstance(value, list):
+        items = [_compact(v, limit) for v in value[:limit]]
+        return items + [f"… {len(value) - limit} more"] if len(value) > limit else items
+    if isinstance(value, dict):
+        return {k: _compact(v, limit) for k, v in value.items()}
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    return value
+
+
+def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig,
+                 properties: Sequence[dict[str, Any]] | None = None) -> Path:
+    """Write results.json, one PNG per figure and index.html (relative links: opens from disk)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(to_json(findings, cfg=cfg, properties=properties, series=True)))
+    by_id = {f.id: f for f in findings}
+    figures: dict[str, list[str]] = {}
+    for f in findings:
+        if f.id in FIGURES:
+            figures[f.id] = FIGURES[f.id](f, out)
+    if "exercises-learned" in by_id or "exercises-relative" in by_id:
+        key = "exercises-relative" if "exercises-relative" in by_id else "exercises-learned"
+        figures.setdefault(key, []).extend(fig_exercises(by_id, out))
+
+    esc = html.escape
+    held = sum(f.holds for f in findings)
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>posenc lab</title>"
+             f"<style>{CSS}</style></head><body>",
+             "<h1>posenc lab</h1>",
+             f"<p class='sub'>{held} of {len(findings)} claims hold · d = {cfg.dim}, L = {cfg.length}, "
+             f"base = {_g(cfg.base)}, seed = {cfg.seed} · every number below was computed by the library's own "
+             "modules in this run; full data in <a href='results.json'>results.json</a></p>",
+             "<table><tr><th>experiment</th><th>claim</th><th>holds</th><th>measured</th></tr>"]
+    for f in findings:
+        cls = "yes" if f.holds else "no"
+        parts.append(f"<tr><td><a href='#{esc(f.id)}'>{esc(f.id)}</a></td><td>{esc(f.claim)}</td>"
+                     f"<td class='{cls}'>{'yes' if f.holds else 'NO'}</td><td>{esc(headline(f))}</td></tr>")
+    parts.append("</table>")
+    if properties:
+        parts.append("<section id='properties'><h2>Every registered scheme, measured</h2>"
+                     "<p class='meta'>From the similarity each scheme induces between positions alone "
+                     f"(positions 0…{cfg.length - 1}; a learned table on the rows it has). Bias schemes are "
+                     "measured per head. “decays” is blank where the similarity is not a function of distance; "
+                     "“shift resid” is blank where a scheme has no position vectors.</p><table><tr>")
+        parts.extend(f"<th>{esc(h)}</th>" for _, h in PROPERTY_COLUMNS)
+        parts.append("</tr>")
+        for row in properties:
+            if "error" in row:
+                parts.append(f"<tr><td>{esc(row['name'])}</td><td colspan='{len(PROPERTY_COLUMNS) - 1}'>"
+                             f"{esc(row['error'])}</td></tr>")
+                continue
+            parts.append("<tr>" + "".join(f"<td>{esc(_g(row.get(k)))}</td>" for k, _ in PROPERTY_COLUMNS) + "</tr>")
+        parts.append("</table></section>")
+    for f in findings:
+        cls = "yes" if f.holds else "no"
+        parts.append(f"<section id='{esc(f.id)}'><h2>{esc(f.id)} <span class='{cls}'>"
+                     f"{'holds' if f.holds else 'does NOT hold'}</span></h2>"
+                     f"<p class='claim'>{esc(f.claim)}</p>"
+                     f"<p class='meta'>article {esc(f.article)} · {f.seconds:.2f} s · parameters: "
+                     f"<code>{esc(json.dumps(_compact(f.params)))}</code></p>")
+        for name in figures.get(f.id, []):
+            parts.append(f"<img src='{esc(name)}' alt='{esc(f.id)} figure'>")
+        parts.append("<table class='values'><tr><th>value</th><th>measured</th></tr>")
+        for key, value in f.values.items():
+            text = json.dumps(_compact(value), ensure_ascii=False)
+            parts.append(f"<tr><td><code>{esc(key)}</code></td><td><code>{esc(text)}</code></td></tr>")
+        parts.append("</table></section>")
+    parts.append("</body></html>")
+    (out / "index.html").write_text("\n".join(parts), encoding="utf-8")
+    return out / "index.html"

@@ -52,16 +52,46 @@ def case_rows(case: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, dict) for v in value.values())
+
+
+def _cell(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
+def _sub_tables(case: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Facts shaped {row: {column: value}} (angle errors per position, masks per situation) as tables."""
+    out = []
+    for key, value in case["facts"].items():
+        if _is_table(value):
+            cols = list(dict.fromkeys(c for row in value.values() for c in row))
+            out.append((key, [key.split("_vs_")[0], *cols],
+                        [[str(r), *(_cell(row.get(c, "")) for c in cols)] for r, row in value.items()]))
+    return out
+
+
 def _notes(case: dict[str, Any]) -> list[str]:
     facts = case["facts"]
     notes = []
     for key, value in facts.items():
-        if key in ("allocator",):
+        if key in ("allocator",) or _is_table(value):
             continue
         if isinstance(value, dict) and all(isinstance(x, (int, float)) for x in value.values()) and set(value) & set(case["stats"]):
             continue
         notes.append(f"{key}: {json.dumps(value)}")
     return notes
+
+
+def _aligned(header: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return [indent + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            for r in [header, *rows]]
+
+
+def _markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+            + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def render_markdown(result: dict[str, Any]) -> str:
@@ -78,14 +108,10 @@ def render_markdown(result: dict[str, Any]) -> str:
         alloc = case["facts"].get("allocator")
         title = f"## {case['suite']}: {case['name']}" + (f" — allocator: {alloc}" if alloc else "")
         lines += [title, ""]
-        if not case["stats"]:
-            lines += [f"- {n}" for n in _notes(case)] + [""]
-            continue
-        header, rows = case_rows(case)
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "|".join("---" for _ in header) + "|")
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        lines.append("")
+        if case["stats"]:
+            lines += _markdown_table(*case_rows(case)) + [""]
+        for key, header, rows in _sub_tables(case):
+            lines += [f"{key}:", ""] + _markdown_table(header, rows) + [""]
         lines += [f"- {n}" for n in _notes(case)]
         lines.append("")
     return "\n".join(lines)
@@ -97,14 +123,11 @@ def render_terminal(result: dict[str, Any]) -> str:
     for case in result["cases"]:
         alloc = case["facts"].get("allocator")
         out.append(f"\n{case['suite']}: {case['name']}" + (f"  [allocator: {alloc}]" if alloc else ""))
-        if not case["stats"]:
-            out += [f"  {n}" for n in _notes(case)]
-            continue
-        header, rows = case_rows(case)
-        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-        for r in [header, *rows]:
-            out.append("  " + "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w)
-                                        for i, (c, w) in enumerate(zip(r, widths))))
+        if case["stats"]:
+            out += _aligned(*case_rows(case))
+        for key, header, rows in _sub_tables(case):
+            out += [f"  {key}:"] + _aligned(header, rows, indent="    ")
+        out += [f"  {n}" for n in _notes(case)]
     m = result["machine"]
     out.append(f"\nload average before {m['load_average']}, after {result['load_average_after']}; "
                f"{m['torch_threads']} torch threads; {result['elapsed_s']:.0f} s")

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from posenc.bench import peers
 from posenc.bench.timing import Stats, measure
-from posenc.positions import RoPE, build
+from posenc.positions import RoPE, build, lookup, names
 
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": {  # for tests: seconds
@@ -153,11 +153,16 @@ def angle_cases(size: str) -> list[Case]:
         }
     t = SIZES[size]["rope"][2]
     pos = torch.arange(t)
-    costs = measure({
+    contenders: dict[str, Callable[[], Any]] = {
         "posenc cos_sin (cached rows)": lambda: rope.cos_sin(pos),
         "posenc cos_sin (float64, uncached)": lambda: rope._cos_sin_direct(pos, torch.float32),
         "float32 angles, cos, sin per call": lambda: (lambda a: (a.cos(), a.sin()))(peers.float32_angles(pos, dh)),
-    }, repeats=SIZES[size]["repeats"] * 5, min_time_s=0.05)
+    }
+    for name in names():  # every other registered RoPE variant: frequency transform formed once, then cached
+        if name != "rope" and issubclass(lookup(name), RoPE) and "cos_sin" not in vars(lookup(name)):
+            variant = build(name, dim=dh, num_heads=1)
+            contenders[f"{name} cos_sin"] = lambda v=variant: v.cos_sin(pos)
+    costs = measure(contenders, repeats=SIZES[size]["repeats"] * 5, min_time_s=0.05)
     return [Case("angles", f"cos/sin tables for T={t}, Dh={dh}", costs, None, "posenc cos_sin (cached rows)",
                  {"max_abs_error_vs_float64": errors})]
 
@@ -223,8 +228,9 @@ def bias_cases(size: str, *, generator: torch.Generator) -> list[Case]:
                 seen.clear()
                 mha(x, **kwargs)
                 shape = seen[-1]
-                facts[label] = {"mask_shape": list(shape), "mask_bytes": math.prod(shape) * 4,
-                                "has_batch_dim": bool(shape) and shape[0] == b and b > 1}
+                facts.setdefault("mask_handed_to_sdpa", {})[label] = {
+                    "shape": "×".join(map(str, shape)), "MiB": math.prod(shape) * 4 / 2**20,
+                    "batch dim": bool(shape) and shape[0] == b and b > 1}
     finally:
         attention_module.F.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
     with torch.no_grad():

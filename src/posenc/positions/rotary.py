@@ -59,16 +59,19 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
     """
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
-    pairs = cos.shape[-1]
-    fits = (
-        2 * pairs <= x.shape[-1]
-        and tuple(torch.broadcast_shapes(cos.shape, sin.shape, (*x.shape[:-1], pairs))) == (*x.shape[:-1], pairs)
-    )
-    if not fits or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
-        return apply_rotary_reference(x, cos, sin, pairing=pairing)
     if x.numel() < rotary_kernel.SMALL_NUMEL:  # a few tokens (decoding): fewest Python-level ops wins
         return apply_rotary_reference(x, cos, sin, pairing=pairing)
+    pairs = cos.shape[-1]
+    target = (*x.shape[:-1], pairs)
+    fits = 2 * pairs <= x.shape[-1] and _broadcasts_to(cos.shape, target) and _broadcasts_to(sin.shape, target)
+    if not fits or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
+        return apply_rotary_reference(x, cos, sin, pairing=pairing)
     return rotary_kernel.rotate(x, cos, sin, pairing=pairing)
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to ``target`` without enlarging it."""
+    return len(shape) <= len(target) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
 
 
 def apply_rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "half") -> Tensor:

@@ -41,11 +41,12 @@ def test_kernel_gradients_first_and_second_order(gen, pairing):
     assert torch.autograd.gradgradcheck(fn, (x,))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
-def test_half_pairing_blocks_cover_every_row(gen, pairing, monkeypatch):
+def test_blocks_cover_every_row(gen, pairing, dtype, monkeypatch):
     monkeypatch.setattr(rotary_kernel, "BLOCK_BYTES", 64)  # force many small (and one ragged) blocks
-    x = torch.randn(3, 7, 8, generator=gen)
-    cos, sin = _tables(gen, (), 7, 4, torch.float32)
+    x = torch.randn(3, 7, 8, generator=gen).to(dtype)
+    cos, sin = _tables(gen, (), 7, 3, torch.float32)  # partial: 6 of 8 coordinates
     torch.testing.assert_close(apply_rotary(x, cos, sin, pairing=pairing),
                                apply_rotary_reference(x, cos, sin, pairing=pairing))
 
@@ -61,8 +62,13 @@ def test_16bit_inputs_round_once(gen, dtype, pairing):
     # float32 arithmetic and one final rounding: within half an ulp of the exact value (+ float32 noise)
     half_ulp = torch.finfo(dtype).eps / 2
     assert ((out.detach().double() - exact).abs() <= half_ulp * exact.abs() * 1.001 + 1e-6).all()
-    out.sum().backward()
+    g = torch.randn(out.shape, generator=gen).to(dtype)
+    out.backward(g)
+    # the gradient is the inverse rotation of g, also computed in float32 and rounded once
+    xd = x.detach().double().requires_grad_()
+    apply_rotary_reference(xd, cos.double(), sin.double(), pairing=pairing).backward(g.double())
     assert x.grad is not None and x.grad.dtype == dtype
+    assert ((x.grad.double() - xd.grad).abs() <= half_ulp * xd.grad.abs() * 1.001 + 1e-6).all()
 
 
 def test_cos_sin_cache_is_exact_and_follows_options(gen):

@@ -63,7 +63,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
         return apply_rotary_reference(x, cos, sin, pairing=pairing)
     pairs = cos.shape[-1]
     target = (*x.shape[:-1], pairs)
-    fits = 2 * pairs <= x.shape[-1] and _broadcasts_to(cos.shape, target) and _broadcasts_to(sin.shape, target)
+    fits = (2 * pairs <= x.shape[-1] and cos.dim() >= 2 and cos.shape[-2] == x.shape[-2]
+            and _broadcasts_to(cos.shape, target) and _broadcasts_to(sin.shape, target))
     if not fits or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
         return apply_rotary_reference(x, cos, sin, pairing=pairing)
     return rotary_kernel.rotate(x, cos, sin, pairing=pairing)

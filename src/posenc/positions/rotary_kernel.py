@@ -19,7 +19,8 @@ times — and on a CPU every fresh large temporary also costs page faults
 Either way the output is allocated once (``empty_like``, keeping x's strides)
 and nothing else of x's size is created, in the forward or the backward; only
 cos and sin (T × P, tiny) are saved for the backward, never x. Inputs in a
-16-bit dtype are widened to float32 once, rotated in place, and narrowed back.
+16-bit dtype are widened to float32 one cache-sized block at a time and rounded
+once on the way out, so memory sees only 16-bit traffic.
 
 Shape legend: B batch, H heads, T sequence length, Dh head width,
 R rotated width (≤ Dh), P = R/2 rotated pairs.
@@ -51,8 +52,9 @@ def rotate_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, *, pairing: st
 
     Args:
         out: (..., T, Dh) destination, same shape and dtype as x.
-        x: (..., T, Dh) source, float32 or float64.
-        cos, sin: (..., T, P) in x's dtype, broadcastable against x's leading dims.
+        x: (..., T, Dh) source: float32/float64, or a 16-bit dtype rotated in float32 block by block.
+        cos, sin: (..., T, P) in the compute dtype (float32 or float64), broadcastable against
+            x's leading dims, with the full T.
         pairing: "half" or "interleaved".
         inverse: rotate by −θ (the transpose: what the backward needs).
 
@@ -61,33 +63,47 @@ def rotate_into(out: Tensor, x: Tensor, cos: Tensor, sin: Tensor, *, pairing: st
     """
     pairs = cos.shape[-1]
     rot = 2 * pairs
+    if pairing not in ("half", "interleaved"):
+        raise ValueError(f"pairing must be 'half' or 'interleaved', got {pairing!r}")
     inplace = out.data_ptr() == x.data_ptr()
     if not inplace and rot < x.shape[-1]:
         out[..., rot:].copy_(x[..., rot:])  # the unrotated tail passes through
+    narrow = x.dtype != cos.dtype  # 16-bit storage: float32 arithmetic on cache-sized blocks
     if pairing == "interleaved":
         rotation = torch.complex(cos, -sin if inverse else sin)  # (..., T, P) e^{±ipθ}
-        xc = torch.view_as_complex(x[..., :rot].unflatten(-1, (pairs, 2)))  # (..., T, P) complex view
-        oc = torch.view_as_complex(out[..., :rot].unflatten(-1, (pairs, 2)))
-        torch.mul(xc, rotation, out=oc)
-        return out
-    if pairing != "half":
-        raise ValueError(f"pairing must be 'half' or 'interleaved', got {pairing!r}")
-    # half: out = x·[cos, cos] + [−x2, x1]·[sin, sin], over blocks of rows along T
-    cos2 = torch.cat((cos, cos), dim=-1)  # (..., T, R)
+        if not narrow:  # one complex multiply over everything: the copy floor
+            xc = torch.view_as_complex(x[..., :rot].unflatten(-1, (pairs, 2)))  # (..., T, P) complex view
+            oc = torch.view_as_complex(out[..., :rot].unflatten(-1, (pairs, 2)))
+            torch.mul(xc, rotation, out=oc)
+            return out
+        tables: tuple[Tensor, ...] = (rotation,)
+    else:  # half: out = x·[cos, cos] + [−x2, x1]·[sin, sin]
+        tables = (torch.cat((cos, cos), dim=-1), sin)  # (..., T, R), (..., T, P)
     s_lo, s_hi = (1.0, -1.0) if inverse else (-1.0, 1.0)
     seq = x.shape[-2]
-    row_bytes = max(1, x.numel() // max(seq, 1) * x.element_size())
+    row_bytes = max(1, x.numel() // max(seq, 1) * cos.element_size())  # of the compute-dtype working set
     step = max(1, BLOCK_BYTES // row_bytes)
     if step >= seq:  # one block: no splitting (the common small case, where Python overhead is what counts)
-        blocks: Any = ((x, out, cos2, sin),)
+        blocks: Any = ((x, out, *tables),)
     else:
-        blocks = zip(x.split(step, dim=-2), out.split(step, dim=-2), cos2.split(step, dim=-2), sin.split(step, dim=-2))
-    for xb, ob, cb, sb in blocks:
-        src = xb[..., :rot].clone() if inplace else xb[..., :rot]  # in place needs the original values
-        dst = ob[..., :rot]
+        blocks = zip(x.split(step, dim=-2), out.split(step, dim=-2), *(t.split(step, dim=-2) for t in tables))
+    for xb, ob, *tb in blocks:
+        src, dst = xb[..., :rot], ob[..., :rot]
+        if narrow:
+            work = src.to(cos.dtype)  # (..., t, R) float32, fresh and in cache
+            if pairing == "interleaved":
+                torch.view_as_complex(work.unflatten(-1, (pairs, 2))).mul_(tb[0])
+                dst.copy_(work)  # one rounding to the storage dtype
+                continue
+            src, dst_narrow, dst = work, dst, torch.empty_like(work)
+        elif inplace:
+            src = src.clone()  # in place needs the original values
+        cb, sb = tb
         torch.mul(src, cb, out=dst)
         dst[..., :pairs].addcmul_(src[..., pairs:], sb, value=s_lo)
         dst[..., pairs:].addcmul_(src[..., :pairs], sb, value=s_hi)
+        if narrow:
+            dst_narrow.copy_(dst)
     return out
 
 
@@ -122,17 +138,12 @@ class RotaryFunction(torch.autograd.Function):
 def rotate(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: str) -> Tensor:
     """RoPE rotation of ``x`` (any float dtype) with float32/64 ``cos``/``sin``; differentiable in x.
 
-    float32/float64 inputs are rotated in one fresh output; 16-bit inputs are
-    widened once, rotated in place in float32, and narrowed back (the angles
-    and the arithmetic keep float32 accuracy; only the final rounding is 16-bit).
+    One fresh output of x's dtype, forward and backward. 16-bit inputs are
+    widened block by block, rotated in float32 while in cache, and rounded
+    once on the way out: the memory traffic of a 16-bit copy, float32 accuracy.
     """
     compute = torch.promote_types(x.dtype, torch.float32)
     cos, sin = cos.to(compute), sin.to(compute)
-    if x.dtype == compute:
-        if not _complex_ok(x):
-            x = x.contiguous()
-        return RotaryFunction.apply(x, cos, sin, pairing, False, False)
-    wide = x.to(compute)  # fresh: ours to overwrite
-    if not _complex_ok(wide):
-        wide = wide.contiguous()
-    return RotaryFunction.apply(wide, cos, sin, pairing, False, True).to(x.dtype)
+    if not _complex_ok(x):
+        x = x.contiguous()
+    return RotaryFunction.apply(x, cos, sin, pairing, False, False)

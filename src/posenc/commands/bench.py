@@ -61,7 +61,7 @@ def register(sub: Any) -> None:
                                    "and ratios to the copy floor and to each peer.")
     p.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma-separated suites (default: {DEFAULT_SUITES})")
     p.add_argument("--size", choices=["tiny", "small", "full"], default="small",
-                   help="problem sizes: tiny (seconds, for tests), small (default, ~1–2 min), full (the issue's sizes)")
+                   help="problem sizes: tiny (seconds, for tests), small (default, ~2–3 min on 2 cores), full (the issue's sizes, ~8–12 min)")
     p.add_argument("--full", action="store_true", help="same as --size full")
     p.add_argument("--alloc", default="default,reuse",
                    help="allocator modes for in-process timings: default (glibc as is), reuse (freed memory kept)")

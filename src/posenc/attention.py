@@ -202,12 +202,16 @@ class MultiHeadAttention(nn.Module):
                     k, v, k_pos = cache.append(k, v, k_pos)
         k_len = k.shape[-2]
 
-        allowed = build_mask(
+        bias = self.position.attention_bias(q_pos, k_pos, q)
+        dropout = self.dropout if self.training else 0.0
+        # square causal attention with nothing else to mask: SDPA's own causal path needs no (Tq, Tk) mask
+        # (top-left and bottom-right alignment coincide when Tq == Tk)
+        plain_causal = (causal and q_len == k_len and valid_lens is None and key_padding_mask is None
+                        and bias is None and not need_weights)
+        allowed = None if plain_causal else build_mask(
             batch=batch, q_len=q_len, k_len=k_len, valid_lens=valid_lens,
             key_padding_mask=key_padding_mask, causal=causal, device=x.device,
         )
-        bias = self.position.attention_bias(q_pos, k_pos, q)
-        dropout = self.dropout if self.training else 0.0
 
         if need_weights:
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
@@ -221,11 +225,15 @@ class MultiHeadAttention(nn.Module):
             weights = None
             attn_mask: Tensor | None = None
             if bias is not None:
+                # 4-D on purpose: given a 3-D (H, Tq, Tk) mask, CPU SDPA leaves its fused kernel for the math
+                # path and expands the mask to (B, H, Tq, Tk) — ~5× slower; (1, H, Tq, Tk) stays fused
                 attn_mask = bias.to(q.dtype)
+                attn_mask = attn_mask.view(1, *attn_mask.shape) if attn_mask.dim() == 3 else attn_mask
             if allowed is not None:
                 fill = torch.finfo(q.dtype).min
                 base = attn_mask if attn_mask is not None else torch.zeros((), dtype=q.dtype, device=q.device)
                 attn_mask = torch.where(allowed, base, torch.tensor(fill, dtype=q.dtype, device=q.device))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout,
+                                                 is_causal=plain_causal)
         out = out.transpose(1, 2).reshape(batch, q_len, self.dim)  # (B, Tq, D)
         return self.out_proj(out), weights

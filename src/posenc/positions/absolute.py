@@ -65,8 +65,31 @@ class SinusoidalPositions(AdditiveScheme):
             raise ValueError(f"base must be > 1, got {base}")
         self.base = float(base)
 
+    #: Largest cached table (rows × dim elements): 4 Mi — 16 MiB in float32.
+    TABLE_LIMIT: ClassVar[int] = 1 << 22
+
     def encode(self, positions: Tensor) -> Tensor:
         return sinusoid_table(positions, self.dim, self.base)
+
+    def table(self, positions: Tensor, *, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """Rows of a table formed once per (dtype, device) for positions 0 … L − 1 (L a power of two).
+
+        Bit-for-bit ``encode(positions).to(dtype)`` (float64 formula, cast at the
+        end), so ``add`` is one gather of T rows and one read-add-write of x.
+        Positions past ``TABLE_LIMIT`` are formed directly.
+        """
+        positions = check_positions(positions).to(device)
+        if not positions.numel():
+            return super().table(positions, dtype=dtype, device=device)
+        rows = max(256, 1 << int(positions.max()).bit_length())
+        if rows * self.dim > self.TABLE_LIMIT:
+            return super().table(positions, dtype=dtype, device=device)
+        cache: dict[Any, tuple[tuple[int, float], Tensor]] = self.__dict__.setdefault("_table_cache", {})
+        key, stamp = (dtype, device), (self.dim, self.base)
+        entry = cache.get(key)
+        if entry is None or entry[0] != stamp or entry[1].shape[0] < rows:
+            entry = cache[key] = (stamp, super().table(torch.arange(rows, device=device), dtype=dtype, device=device))
+        return torch.nn.functional.embedding(positions, entry[1])  # (..., T, D)
 
     def options(self) -> dict[str, Any]:
         return {"dim": self.dim, "base": self.base}

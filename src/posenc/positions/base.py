@@ -167,8 +167,12 @@ class AdditiveScheme(PositionScheme):
             raise ValueError(
                 f"{self.name}: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}"
             )
-        table = self.encode(positions).to(device=x.device, dtype=x.dtype)  # (T, D) or (B, T, D)
+        table = self.table(positions, dtype=x.dtype, device=x.device)  # (T, D) or (B, T, D)
         return x + table
+
+    def table(self, positions: Tensor, *, dtype: torch.dtype, device: torch.device) -> Tensor:
+        """``encode(positions)`` cast to the activation dtype/device; schemes may serve it from a cache."""
+        return self.encode(positions).to(device=device, dtype=dtype)
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         with torch.no_grad():  # plain data for the lab, even for learned tables

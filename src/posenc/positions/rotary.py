@@ -22,9 +22,11 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.positions.absolute import check_even
+from posenc.positions import rotary_kernel
 from posenc.positions.base import RotaryScheme, check_positions
 
 Pairing = Literal["half", "interleaved"]
@@ -40,6 +42,13 @@ def rope_frequencies(rotary_dim: int, base: float = 10000.0) -> Tensor:
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "half") -> Tensor:
     """Rotate the first 2·P coordinates of ``x`` pairwise; the rest pass through.
 
+    Runs the kernel of ``posenc.positions.rotary_kernel`` (one complex
+    multiply for the interleaved pairing, cache-blocked ops for the half
+    pairing); uses ``apply_rotary_reference`` for tiny inputs (fewer than
+    ``SMALL_NUMEL`` elements, e.g. one decoding step, where per-op overhead
+    dominates), when cos/sin need gradients, or when they do not broadcast
+    against x without enlarging it.
+
     Args:
         x: (..., T, Dh) queries or keys.
         cos, sin: (..., T, P), broadcastable against x's leading dims.
@@ -47,6 +56,30 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
 
     Returns:
         Tensor of x's shape and dtype.
+    """
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if x.numel() < rotary_kernel.SMALL_NUMEL:  # a few tokens (decoding): fewest Python-level ops wins
+        return apply_rotary_reference(x, cos, sin, pairing=pairing)
+    pairs = cos.shape[-1]
+    target = (*x.shape[:-1], pairs)
+    fits = (2 * pairs <= x.shape[-1] and cos.dim() >= 2 and cos.shape[-2] == x.shape[-2]
+            and _broadcasts_to(cos.shape, target) and _broadcasts_to(sin.shape, target))
+    if not fits or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
+        return apply_rotary_reference(x, cos, sin, pairing=pairing)
+    return rotary_kernel.rotate(x, cos, sin, pairing=pairing)
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether a tensor of ``shape`` broadcasts to ``target`` without enlarging it."""
+    return len(shape) <= len(target) and all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
+
+
+def apply_rotary_reference(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "half") -> Tensor:
+    """The textbook rotation (x1·cos − x2·sin, x2·cos + x1·sin) with temporaries; same contract as ``apply_rotary``.
+
+    Kept as the readable statement of what the kernel computes, for the tests
+    and for cos/sin that carry gradients.
     """
     rot = 2 * cos.shape[-1]
     compute = torch.promote_types(x.dtype, torch.float32)
@@ -85,6 +118,8 @@ class RoPE(RotaryScheme):
     """
 
     name: ClassVar[str] = "rope"
+    #: Largest cos/sin table kept (rows × pairs elements each): 2 Mi — 8 MiB in float32.
+    TABLE_LIMIT: ClassVar[int] = 1 << 21
 
     def __init__(
         self,
@@ -129,7 +164,35 @@ class RoPE(RotaryScheme):
         return positions.double().unsqueeze(-1) * self.inv_freq().to(positions.device)
 
     def cos_sin(self, positions: Tensor, *, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
-        """cos and sin of the angles times ``attention_factor``, cast to ``dtype`` at the end."""
+        """cos and sin of the angles times ``attention_factor``, cast to ``dtype`` at the end.
+
+        The rows for positions 0 … L − 1 (L a power of two covering the largest
+        position asked for) are formed once per (dtype, device) — float64 angles,
+        cast at the end — and every call gathers its rows, so the frequency
+        transform and the trigonometry are not redone per call; the values are
+        bit-for-bit those of the direct formula. The cache is keyed on
+        ``options()``, which must therefore name everything the frequencies
+        depend on. Positions past ``TABLE_LIMIT`` rows·pairs, and subclasses
+        that override ``angles``, are computed directly.
+        """
+        return self._cos_sin(check_positions(positions), dtype)
+
+    def _cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``cos_sin`` for positions already checked (``apply`` checks them once)."""
+        if type(self).angles is not RoPE.angles or not positions.numel():
+            return self._cos_sin_direct(positions, dtype)
+        rows = max(256, 1 << int(positions.max()).bit_length())
+        if rows * (self.rotary_dim // 2) > self.TABLE_LIMIT:
+            return self._cos_sin_direct(positions, dtype)
+        cache: dict[Any, tuple[str, Tensor, Tensor]] = self.__dict__.setdefault("_cos_sin_cache", {})
+        key, stamp = (dtype, positions.device), repr(self.options())
+        entry = cache.get(key)
+        if entry is None or entry[0] != stamp or entry[1].shape[0] < rows:
+            table = torch.arange(rows, device=positions.device)
+            entry = cache[key] = (stamp, *self._cos_sin_direct(table, dtype))  # (L, P) each
+        return F.embedding(positions, entry[1]), F.embedding(positions, entry[2])  # (..., T, P)
+
+    def _cos_sin_direct(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         theta = self.angles(positions)
         scale = self.attention_factor
         return (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)
@@ -150,7 +213,11 @@ class RoPE(RotaryScheme):
         if positions.shape[-1] != x.shape[-2]:
             raise ValueError(f"rope: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        cos, sin = self.cos_sin(positions.to(x.device), dtype=dtype)
+        positions = positions.to(x.device)
+        if type(self).cos_sin is RoPE.cos_sin:
+            cos, sin = self._cos_sin(positions, dtype)  # already checked: skip the second check
+        else:
+            cos, sin = self.cos_sin(positions, dtype=dtype)
         if positions.dim() == 2 and x.dim() == 4:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
         return apply_rotary(x, cos, sin, pairing=self.pairing)

@@ -25,14 +25,14 @@ def test_hf_form_equals_posenc_half(gen, rotary_dim):
     rope = RoPE(head_dim=16, pairing="half", rotary_dim=rotary_dim)
     x, pos = _x(gen), torch.arange(11) + int(torch.randint(0, 5000, (1,), generator=gen))
     cos, sin = rope.cos_sin(pos)
-    torch.testing.assert_close(peers.hf_rope(x, *peers.hf_tables(cos, sin, x.dtype)), rope.apply(x, pos))
+    torch.testing.assert_close(peers.hf_rope(x, *peers.hf_tables(cos, sin, x.dtype)), rope.rotate_one(x, pos))
 
 
 def test_torchtune_and_meta_forms_equal_posenc_interleaved(gen):
     rope = RoPE(head_dim=16, pairing="interleaved")
     x, pos = _x(gen), torch.arange(11) + int(torch.randint(0, 5000, (1,), generator=gen))
     cos, sin = rope.cos_sin(pos)
-    want = rope.apply(x, pos)
+    want = rope.rotate_one(x, pos)
     torch.testing.assert_close(peers.torchtune_rope(x, peers.torchtune_cache(cos, sin)), want)
     torch.testing.assert_close(peers.meta_rope(x, peers.meta_freqs_cis(cos, sin)), want)
 

@@ -19,7 +19,7 @@ def test_interleaved_matches_complex_reference(gen):
     pos = torch.randint(0, 10**5, (7,), generator=gen)
     x = torch.randn(2, 3, 7, d, generator=gen, dtype=torch.float64)
     rope = RoPE(head_dim=d, base=base, pairing="interleaved")
-    torch.testing.assert_close(rope.apply(x, pos), reference_rope_interleaved(x, pos, base))
+    torch.testing.assert_close(rope.rotate_one(x, pos), reference_rope_interleaved(x, pos, base))
 
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
@@ -44,7 +44,7 @@ def test_pairing_conversion_gives_the_same_scores(gen):
         rope = RoPE(head_dim=hd, pairing=pairing)
         q = (x @ wq.T).view(5, heads, hd).transpose(0, 1)  # (H, T, Dh)
         k = (x @ wk.T).view(5, heads, hd).transpose(0, 1)
-        return rope.apply(q, pos) @ rope.apply(k, pos).transpose(-1, -2)
+        return rope.rotate_one(q, pos) @ rope.rotate_one(k, pos).transpose(-1, -2)
     inter = scores(w_q, w_k, "interleaved")
     conv = lambda w: convert_qk_weight(w, num_heads=heads, head_dim=hd, source="interleaved", target="half")
     torch.testing.assert_close(scores(conv(w_q), conv(w_k), "half"), inter)
@@ -58,7 +58,7 @@ def test_pairing_conversion_gives_the_same_scores(gen):
 def test_partial_rotation_leaves_tail_untouched(gen):
     rope = RoPE(head_dim=16, rotary_dim=8)
     x = torch.randn(1, 2, 4, 16, generator=gen)
-    out = rope.apply(x, torch.arange(4) + 3)
+    out = rope.rotate_one(x, torch.arange(4) + 3)
     assert torch.equal(out[..., 8:], x[..., 8:])
     assert not torch.allclose(out[..., :8], x[..., :8])
 
@@ -75,9 +75,9 @@ def test_bf16_input_keeps_dtype_and_accuracy(gen):
     rope = RoPE(head_dim=32)
     x = torch.randn(1, 1, 4, 32, generator=gen)
     pos = torch.arange(4) + 50000
-    out = rope.apply(x.to(torch.bfloat16), pos)
+    out = rope.rotate_one(x.to(torch.bfloat16), pos)
     assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), rope.apply(x, pos), atol=3e-2, rtol=2e-2)
+    torch.testing.assert_close(out.float(), rope.rotate_one(x, pos), atol=3e-2, rtol=2e-2)
 
 
 def test_bad_widths_raise():

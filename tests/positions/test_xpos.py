@@ -64,10 +64,10 @@ def test_refuses_positions_beyond_the_dtype_range():
     assert xpos.max_position_for(torch.float64) > 8 * limit
 
 
-def test_single_sided_apply_is_refused_but_module_apply_works():
+def test_single_sided_rotation_is_refused_but_module_apply_works():
     xpos = XPos(head_dim=8)
     with pytest.raises(TypeError, match="apply_query"):
-        xpos.apply(torch.zeros(1, 8), torch.arange(1))
+        xpos.rotate_one(torch.zeros(1, 8), torch.arange(1))
     seen = []
     xpos.apply(lambda m: seen.append(m))
     assert seen == [xpos]

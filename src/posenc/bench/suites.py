@@ -101,8 +101,8 @@ def rope_cases(size: str, *, compile_peers: bool, generator: torch.Generator) ->
         rope = RoPE(head_dim=dh, pairing=pairing, rotary_dim=rot)  # type: ignore[arg-type]
         cos, sin = rope.cos_sin(positions)  # (T, P) float32, float64-formed
         x = torch.randn(b, h, t, dh, generator=generator).to(dtype)
-        want = rope.apply(x, positions)
-        forms: dict[str, Callable[[Tensor], Tensor]] = {"posenc": lambda v, r=rope: r.apply(v, positions)}
+        want = rope.rotate_one(x, positions)
+        forms: dict[str, Callable[[Tensor], Tensor]] = {"posenc": lambda v, r=rope: r.rotate_one(v, positions)}
         if pairing == "half":
             hc, hs = peers.hf_tables(cos, sin, dtype)
             forms["hf"] = lambda v, c=hc, s=hs: peers.hf_rope(v, c, s)

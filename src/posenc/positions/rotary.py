@@ -197,16 +197,12 @@ class RoPE(RotaryScheme):
         scale = self.attention_factor
         return (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)
 
-    def apply(self, x: Tensor, positions: Tensor | None = None) -> Tensor:  # type: ignore[override]
+    def rotate_one(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate x (B, H, T, Dh) — or (T, Dh) — by ``positions`` (T,) or (B, T).
 
-        ``apply(fn)`` with a function keeps ``nn.Module.apply``'s meaning, so
-        ``model.apply(init_fn)`` still recurses through a model holding RoPE.
+        (Not named ``apply``: that would shadow ``nn.Module.apply(fn)``, which
+        ``model.apply(init_fn)`` needs to recurse through a model holding RoPE.)
         """
-        if positions is None and callable(x):
-            return super().apply(x)  # type: ignore[return-value]
-        if positions is None:
-            raise TypeError("rope.apply(x, positions): positions are required")
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"rope: head width is {x.shape[-1]} but the scheme was built with head_dim={self.head_dim}")
         positions = check_positions(positions)
@@ -223,12 +219,12 @@ class RoPE(RotaryScheme):
         return apply_rotary(x, cos, sin, pairing=self.pairing)
 
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        return self.apply(q, q_pos), self.apply(k, k_pos)
+        return self.rotate_one(q, q_pos), self.rotate_one(k, k_pos)
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         """Dot products of rotated all-ones head vectors: Σ_i 2·cos((m−n)θ_i) + (Dh − R)."""
-        a = self.apply(torch.ones(pos_i.shape[-1], self.head_dim, dtype=torch.float64), pos_i)
-        b = self.apply(torch.ones(pos_j.shape[-1], self.head_dim, dtype=torch.float64), pos_j)
+        a = self.rotate_one(torch.ones(pos_i.shape[-1], self.head_dim, dtype=torch.float64), pos_i)
+        b = self.rotate_one(torch.ones(pos_j.shape[-1], self.head_dim, dtype=torch.float64), pos_j)
         return a @ b.transpose(-1, -2)
 
     def options(self) -> dict[str, Any]:

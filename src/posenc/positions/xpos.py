@@ -91,13 +91,8 @@ class XPos(RoPE):
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P)
         return apply_rotary(x, cos, sin, pairing=self.pairing)
 
-    def apply(self, x: Tensor, positions: Tensor | None = None) -> Tensor:  # type: ignore[override]
-        """Not defined for xPos: queries and keys are scaled oppositely; use ``apply_query``/``apply_key``.
-
-        ``apply(fn)`` with a function is ``nn.Module.apply``.
-        """
-        if positions is None and callable(x):
-            return super().apply(x)
+    def rotate_one(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Not defined for xPos: queries and keys are scaled oppositely; use ``apply_query``/``apply_key``."""
         raise TypeError("xpos scales queries by ζ^(m/γ) and keys by ζ^(−n/γ): use rotate(q, k, q_pos, k_pos), "
                         "apply_query(q, q_pos) or apply_key(k, k_pos)")
 

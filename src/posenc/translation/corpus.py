@@ -61,11 +61,12 @@ class AlignmentReport:
     only_in_target_books: list[str] = field(default_factory=list)
 
 
-_CAPS_WORD = re.compile(r"^([¡¿«“\"'(]*)([A-ZÁÉÍÓÚÑÜ]{2,})\b")
+# optional opening punctuation and a one-letter conjunction ("Y ACONTECIÓ"), then the capitalised word
+_CAPS_WORD = re.compile(r"^([¡¿«“\"'(]*(?:[YEAOÉ] )?[¡¿«“\"'(]*)([A-ZÁÉÍÓÚÑÜ]{2,})(?=[\s,.;:!?]|$)")
 
 
 def normalise_drop_cap(text: str) -> str:
-    """Undo a chapter's printed drop-cap word ("EN el principio" → "En el principio").
+    """Undo a chapter's printed drop-cap word ("EN el principio" → "En el principio", "Y ACONTECIÓ" → "Y Aconteció").
 
     Only the first word changes, and only when it is all capitals while the
     next word is not (so an acronym followed by more capitals is left alone).
@@ -73,21 +74,28 @@ def normalise_drop_cap(text: str) -> str:
     match = _CAPS_WORD.match(text)
     if not match:
         return text
-    rest = text[match.end():].split()
+    rest = [w for w in text[match.end():].split() if any(ch.isalpha() for ch in w)]
     if rest and rest[0].isupper():
         return text
     word = match.group(2)
-    return match.group(1) + word[0] + word[1:].lower() + text[match.end():]
+    after_conjunction = any(ch.isalpha() for ch in match.group(1))  # "Y ACONTECIÓ" → "Y aconteció"
+    word = word.lower() if after_conjunction else word[0] + word[1:].lower()
+    return match.group(1) + word + text[match.end():]
 
 
-def parallel_verses(source: ZTextModule, target: ZTextModule) -> tuple[list[VersePair], AlignmentReport]:
+def parallel_verses(source: ZTextModule, target: ZTextModule, *, books: Iterable[str] | None = None,
+                    ) -> tuple[list[VersePair], AlignmentReport]:
     """Every reference with text in both modules, in the source's canonical order.
+
+    Args:
+        books: only these OSIS book ids (default: all).
 
     Returns:
         (pairs, report) — the report counts what was left out and from which books.
     """
-    src = dict(source.verses())
-    tgt = dict(target.verses())
+    books = None if books is None else set(books)
+    src = dict(source.verses(books=books))
+    tgt = dict(target.verses(books=books))
     report = AlignmentReport(source.name, target.name, source.versification.name, target.versification.name)
     pairs = []
     for ref, text in src.items():
@@ -155,9 +163,10 @@ def filter_misaligned(pairs: Sequence[VersePair], *, max_log_deviation: float = 
 
 
 def load_corpus(source: str = DEFAULT_SOURCE, target: str = DEFAULT_TARGET, *, root: str | Path | None = None,
-                filter: bool = True) -> tuple[list[VersePair], dict]:
+                filter: bool = True, books: Iterable[str] | None = None) -> tuple[list[VersePair], dict]:
     """Read, align and (optionally) filter two installed modules; returns (pairs, a JSON-able report)."""
-    pairs, report = parallel_verses(ZTextModule.open(source, root=root), ZTextModule.open(target, root=root))
+    pairs, report = parallel_verses(ZTextModule.open(source, root=root), ZTextModule.open(target, root=root),
+                                    books=books)
     info: dict = {"alignment": asdict(report)}
     if filter:
         pairs, freport = filter_misaligned(pairs)

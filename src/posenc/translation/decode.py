@@ -41,10 +41,11 @@ def _reorder(cache: list[Any], index: Tensor) -> None:
 
 
 def _step_logprobs(logits: Tensor, banned: tuple[int, ...]) -> Tensor:
-    logp = logits.float().log_softmax(-1)  # (N, V)
+    """Log-probabilities over the tokens that may be emitted (banned ones get −inf, the rest renormalise)."""
+    logits = logits.float().clone()  # (N, V)
     if banned:
-        logp[:, list(banned)] = NEG_INF
-    return logp
+        logits[:, list(banned)] = NEG_INF
+    return logits.log_softmax(-1)
 
 
 @torch.no_grad()

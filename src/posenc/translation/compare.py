@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from posenc.train import resume_step
 from posenc.translation.run import Prepared, TranslateOptions, evaluate_run, train_run
 
 BASELINE = "torch"
@@ -27,7 +28,11 @@ def run_comparison(prepared: Prepared, out: str | Path, *, models: list[str], ba
         metrics_path = run_dir / f"metrics-beam{beam}.json"
         if not metrics_path.exists():
             if not (run_dir / "run.json").exists():
-                train_run(opts, prepared, run_dir, progress=progress)
+                resume = resume_step(run_dir / "checkpoints") is not None if (run_dir / "checkpoints").exists() else False
+                record = train_run(opts, prepared, run_dir, progress=progress, resume=resume)
+                if record["interrupted"]:  # Ctrl-C / SIGTERM: keep the checkpoint, score nothing half-trained
+                    (run_dir / "run.json").unlink()
+                    raise KeyboardInterrupt(f"training of {name!r} interrupted; rerun the same command to resume")
             evaluate_run(run_dir, beam=beam, limit=limit, progress=progress)
         record = json.loads((run_dir / "run.json").read_text())
         metrics = json.loads(metrics_path.read_text())

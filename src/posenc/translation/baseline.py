@@ -14,6 +14,7 @@ Shape legend: B batch, S source length, T target length, D width, V vocabulary.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -73,11 +74,17 @@ class TorchTransformer(nn.Module):
         nn.init.normal_(self.embed.weight, std=cfg.dim ** -0.5)
         self.register_buffer("pe", sinusoid_table(torch.arange(cfg.max_len), cfg.dim).float(), persistent=False)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.transformer = nn.Transformer(
+        with warnings.catch_warnings():  # "enable_nested_tensor … norm_first": a note about a fast path, not a problem
+            warnings.filterwarnings("ignore", message="enable_nested_tensor is True")
+            self.transformer = self._build(cfg)
+        self.scale = math.sqrt(cfg.dim)
+
+    @staticmethod
+    def _build(cfg: BaselineConfig) -> nn.Transformer:
+        return nn.Transformer(
             d_model=cfg.dim, nhead=cfg.num_heads, num_encoder_layers=cfg.num_layers,
             num_decoder_layers=cfg.num_decoder_layers or cfg.num_layers, dim_feedforward=cfg.ffn_dim or 4 * cfg.dim,
             dropout=cfg.dropout, batch_first=True, norm_first=cfg.norm_first)
-        self.scale = math.sqrt(cfg.dim)
 
     def _embed(self, ids: Tensor) -> Tensor:
         if ids.shape[1] > self.pe.shape[0]:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,15 @@ from posenc.checkpoint import load_weights
 from posenc.train import TrainConfig, step_generator, train
 from posenc.transformer import ModelConfig, build_encoder_decoder
 from posenc.translation.baseline import BaselineConfig, TorchTransformer
-from posenc.translation.corpus import DEFAULT_SOURCE, DEFAULT_TARGET, Split, VersePair, load_corpus, split_by_book, split_by_chapter
+from posenc.translation.corpus import (
+    DEFAULT_SOURCE,
+    DEFAULT_TARGET,
+    Split,
+    VersePair,
+    load_corpus,
+    split_by_book,
+    split_by_chapter,
+)
 from posenc.translation.decode import translate_ids
 from posenc.translation.metrics import score
 from posenc.translation.tokenizer import BOS, EOS, PAD, TextCodec

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from posenc.attention import MultiHeadAttention, build_mask
+from posenc.attention import KVCache, MultiHeadAttention, build_mask
 from posenc.positions import build
 
 
@@ -88,3 +88,17 @@ def test_bad_shapes_raise():
         attn(torch.randn(2, 3, 8), key_padding_mask=torch.zeros(2, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(dim=10, num_heads=3)
+
+
+def test_kv_cache_reorder_selects_batch_rows(gen: torch.Generator) -> None:
+    k, v = torch.randn(3, 2, 4, 5, generator=gen), torch.randn(3, 2, 4, 5, generator=gen)
+    cache = KVCache()
+    cache.append(k, v, torch.arange(4).expand(3, 4))
+    index = torch.tensor([2, 2, 0])
+    cache.reorder(index)
+    torch.testing.assert_close(cache.k, k[index])
+    torch.testing.assert_close(cache.v, v[index])
+    assert cache.positions is not None and cache.positions.shape == (3, 4)
+    empty = KVCache()
+    empty.reorder(index)  # nothing cached yet: a no-op
+    assert empty.k is None

@@ -50,6 +50,15 @@ class KVCache:
     def length(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
 
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (B',) in that order, e.g. the surviving hypotheses of a beam search."""
+        if self.k is None:
+            return
+        assert self.v is not None and self.positions is not None
+        self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+        if self.positions.dim() == 2:
+            self.positions = self.positions.index_select(0, index)
+
     def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Add new keys/values at ``positions``; return all keys, values and positions so far."""
         if self.k is None:

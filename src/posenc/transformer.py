@@ -142,6 +142,11 @@ class LayerCache:
     self_attn: KVCache = field(default_factory=KVCache)
     cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
 
+    def reorder(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` of both caches (beam search reorders hypotheses each step)."""
+        self.self_attn.reorder(index)
+        self.cross_attn.reorder(index)
+
 
 class DecoderLayer(nn.Module):
     """Causal self-attention → cross-attention to the encoder output (optional) → FFN."""

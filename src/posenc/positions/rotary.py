@@ -197,19 +197,24 @@ class RoPE(RotaryScheme):
         scale = self.attention_factor
         return (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)
 
+    def check_input(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Validate a (…, T, Dh) input against ``head_dim`` and its (T,) / (B, T) positions; return them as int64."""
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"{self.name}: head width is {x.shape[-1]} but the scheme was built with head_dim={self.head_dim}")
+        positions = check_positions(positions)
+        if positions.shape[-1] != x.shape[-2]:
+            raise ValueError(f"{self.name}: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
+        return positions
+
     def rotate_one(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate x (B, H, T, Dh) — or (T, Dh) — by ``positions`` (T,) or (B, T).
 
         (Not named ``apply``: that would shadow ``nn.Module.apply(fn)``, which
         ``model.apply(init_fn)`` needs to recurse through a model holding RoPE.)
         """
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(f"rope: head width is {x.shape[-1]} but the scheme was built with head_dim={self.head_dim}")
-        positions = check_positions(positions)
-        if positions.shape[-1] != x.shape[-2]:
-            raise ValueError(f"rope: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
+        positions = self.check_input(x, positions).to(x.device)
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        positions = positions.to(x.device)
         if type(self).cos_sin is RoPE.cos_sin:
             cos, sin = self._cos_sin(positions, dtype)  # already checked: skip the second check
         else:

@@ -73,11 +73,7 @@ class XPos(RoPE):
         return int(headroom * self.scale_base / -math.log(float(self.zeta()[0])))
 
     def _scaled_rotation(self, x: Tensor, positions: Tensor, sign: float) -> Tensor:
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(f"xpos: head width is {x.shape[-1]} but the scheme was built with head_dim={self.head_dim}")
-        positions = check_positions(positions)
-        if positions.shape[-1] != x.shape[-2]:
-            raise ValueError(f"xpos: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
+        positions = self.check_input(x, positions)
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
         if positions.numel() and int(positions.max()) > (limit := self.max_position_for(dtype)):
             raise ValueError(

@@ -238,7 +238,19 @@ class ScaledRoPE(RoPE):
         return {**super().options(), **self.scaling_params()}
 
 
-class LinearRoPE(ScaledRoPE):
+class _FactorRoPE(ScaledRoPE):
+    """A scaled RoPE whose one option is ``factor`` (linear and static NTK)."""
+
+    def __init__(self, *, head_dim: int, base: float = 10000.0, pairing: Pairing = "half",
+                 rotary_dim: int | None = None, factor: float = 4.0) -> None:
+        super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim)
+        self.factor = _check_factor(factor)
+
+    def scaling_params(self) -> dict[str, Any]:
+        return {"factor": self.factor}
+
+
+class LinearRoPE(_FactorRoPE):
     """RoPE with position interpolation (Chen et al., 2023; kaiokendev): θ_i / factor.
 
     Paper: "Extending Context Window of Large Language Models via Positional Interpolation".
@@ -253,16 +265,8 @@ class LinearRoPE(ScaledRoPE):
     name: ClassVar[str] = "rope-linear"
     scaling: ClassVar[str] = "linear"
 
-    def __init__(self, *, head_dim: int, base: float = 10000.0, pairing: Pairing = "half",
-                 rotary_dim: int | None = None, factor: float = 4.0) -> None:
-        super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim)
-        self.factor = _check_factor(factor)
 
-    def scaling_params(self) -> dict[str, Any]:
-        return {"factor": self.factor}
-
-
-class NTKRoPE(ScaledRoPE):
+class NTKRoPE(_FactorRoPE):
     """RoPE with static NTK-aware scaling (bloc97, 2023): base · factor^(R/(R−2)).
 
     HF has no static NTK type; reference used to verify: the formula, and HF's
@@ -275,14 +279,6 @@ class NTKRoPE(ScaledRoPE):
 
     name: ClassVar[str] = "rope-ntk"
     scaling: ClassVar[str] = "ntk"
-
-    def __init__(self, *, head_dim: int, base: float = 10000.0, pairing: Pairing = "half",
-                 rotary_dim: int | None = None, factor: float = 4.0) -> None:
-        super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim)
-        self.factor = _check_factor(factor)
-
-    def scaling_params(self) -> dict[str, Any]:
-        return {"factor": self.factor}
 
 
 class _LengthDependentRoPE(ScaledRoPE):

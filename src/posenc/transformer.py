@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.embedding import OutputHead, TokenEmbedding, count_parameters
 from posenc.positions import PositionScheme, build, check_positions, default_positions
+from posenc.validation import check_batch_positions, check_cache, check_ids, check_model_config
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +66,9 @@ class ModelConfig:
     tie_embeddings: bool = True
     share_embeddings: bool = False
     scale_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        check_model_config(self)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -261,6 +265,8 @@ class EncoderDecoder(nn.Module):
         src_valid_lens: Tensor | None = None,
     ) -> Tensor:
         """Source ids (B, S) → memory (B, S, D)."""
+        check_ids(src, "src")
+        check_batch_positions(src_pos, src.shape[0], "src_pos")
         positions = _positions(src_pos, src.shape[1], 0, src.device)
         x = self.src_embed(src, positions)
         for layer in self.encoder:
@@ -273,6 +279,9 @@ class EncoderDecoder(nn.Module):
         cache: list[LayerCache] | None = None,
     ) -> Tensor:
         """Target ids (B, T) and memory → logits (B, T, V). With ``cache``, ``tgt`` holds only new tokens."""
+        check_ids(tgt, "tgt")
+        check_batch_positions(tgt_pos, tgt.shape[0], "tgt_pos")
+        check_cache(cache, len(self.decoder))
         offset = cache[0].self_attn.length if cache else 0
         positions = _positions(tgt_pos, tgt.shape[1], offset, tgt.device)
         x = self.tgt_embed(tgt, positions)
@@ -297,6 +306,7 @@ class EncoderDecoder(nn.Module):
         src_padding_mask: Tensor | None = None,
     ) -> Tensor:
         """Greedy decoding with the KV cache; returns (B, 1 + generated) target ids starting with BOS."""
+        check_ids(src, "src")
         memory = self.encode(src, src_padding_mask=src_padding_mask)
         out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
         return _greedy(lambda ids, cache: self.decode(ids, memory, memory_padding_mask=src_padding_mask, cache=cache),
@@ -343,6 +353,9 @@ class DecoderOnlyLM(nn.Module):
     ) -> Tensor:
         """ids (B, T) → logits (B, T, V). With ``cache``, ids holds only the new tokens and
         ``key_padding_mask`` covers every key so far (cached + new)."""
+        check_ids(ids)
+        check_batch_positions(positions, ids.shape[0])
+        check_cache(cache, len(self.layers))
         offset = cache[0].self_attn.length if cache else 0
         positions = _positions(positions, ids.shape[1], offset, ids.device)
         x = self.embed(ids, positions)
@@ -357,6 +370,7 @@ class DecoderOnlyLM(nn.Module):
     @torch.no_grad()
     def generate(self, prompt: Tensor, *, max_new_tokens: int, eos_id: int | None = None) -> Tensor:
         """Greedy continuation with the KV cache; each new token gets its true position."""
+        check_ids(prompt, "prompt")
         return _greedy(lambda ids, cache: self(ids, cache=cache), prompt, self.new_cache(), max_new_tokens, eos_id)
 
     def describe(self) -> dict[str, Any]:

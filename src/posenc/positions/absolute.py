@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posenc.validation import number, positive_int
 from posenc.positions.base import AdditiveScheme, check_positions
 
 
@@ -61,9 +62,7 @@ class SinusoidalPositions(AdditiveScheme):
     def __init__(self, *, dim: int, base: float = 10000.0) -> None:
         super().__init__(dim=dim)
         check_even(dim, name="dim", what="the sinusoidal encoding")
-        if base <= 1:
-            raise ValueError(f"base must be > 1, got {base}")
-        self.base = float(base)
+        self.base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
 
     #: Largest cached table (rows × dim elements): 4 Mi — 16 MiB in float32.
     TABLE_LIMIT: ClassVar[int] = 1 << 22
@@ -111,10 +110,8 @@ class LearnedPositions(AdditiveScheme):
 
     def __init__(self, *, dim: int, max_len: int = 1024, init_std: float = 0.02) -> None:
         super().__init__(dim=dim)
-        if max_len <= 0:
-            raise ValueError(f"max_len must be positive, got {max_len}")
-        self.max_len = max_len
-        self.init_std = init_std
+        self.max_len = positive_int(max_len, "max_len")
+        self.init_std = number(init_std, "init_std", minimum=0)
         self.weight = nn.Parameter(torch.empty(max_len, dim))
         nn.init.normal_(self.weight, std=init_std)
 
@@ -153,7 +150,7 @@ class NaiveIndexPositions(AdditiveScheme):
 
     def __init__(self, *, dim: int, scale: float = 1.0) -> None:
         super().__init__(dim=dim)
-        self.scale = float(scale)
+        self.scale = number(scale, "scale")
 
     def encode(self, positions: Tensor) -> Tensor:
         return check_positions(positions).double().unsqueeze(-1) * self.scale  # (..., T, 1)
@@ -196,10 +193,8 @@ class ScaledSinusoidalPositions(AdditiveScheme):
     def __init__(self, *, dim: int, base: float = 10000.0, init_scale: float | None = None) -> None:
         super().__init__(dim=dim)
         check_even(dim, name="dim", what="the sinusoidal encoding")
-        if base <= 1:
-            raise ValueError(f"base must be > 1, got {base}")
-        self.base = float(base)
-        self.init_scale = dim**-0.5 if init_scale is None else float(init_scale)
+        self.base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
+        self.init_scale = dim**-0.5 if init_scale is None else number(init_scale, "init_scale")
         self.scale = nn.Parameter(torch.tensor(self.init_scale))
 
     def encode(self, positions: Tensor) -> Tensor:

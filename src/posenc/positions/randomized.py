@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from posenc.validation import number, positive_int
+from posenc.validation import seed as seed_
 from posenc.positions.absolute import check_even, sinusoid_table
 from posenc.positions.base import AdditiveScheme, check_positions
 
@@ -48,13 +50,13 @@ class RandomizedPositions(AdditiveScheme):
     def __init__(self, *, dim: int, max_len: int = 2048, inner: Literal["sinusoidal", "learned"] = "sinusoidal",
                  base: float = 10000.0, seed: int = 0) -> None:
         super().__init__(dim=dim)
-        if max_len <= 0:
-            raise ValueError(f"max_len must be positive, got {max_len}")
+        max_len = positive_int(max_len, "max_len")
+        base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
         if inner not in ("sinusoidal", "learned"):
             raise ValueError(f"inner must be 'sinusoidal' or 'learned', got {inner!r}")
         if inner == "sinusoidal":
             check_even(dim, name="dim", what="the sinusoidal encoding")
-        self.max_len, self.inner, self.base, self.seed = max_len, inner, float(base), int(seed)
+        self.max_len, self.inner, self.base, self.seed = max_len, inner, base, seed_(seed, "seed")
         self.generator = torch.Generator().manual_seed(self.seed)
         self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02) if inner == "learned" else None
 

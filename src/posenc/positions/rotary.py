@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posenc.validation import number, positive_int
 from posenc.positions.absolute import check_even
 from posenc.positions import rotary_kernel
 from posenc.positions.base import RotaryScheme, check_positions
@@ -130,17 +131,16 @@ class RoPE(RotaryScheme):
         rotary_dim: int | None = None,
     ) -> None:
         super().__init__()
-        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        head_dim = positive_int(head_dim, "head_dim")
+        rotary_dim = head_dim if rotary_dim is None else number(rotary_dim, "rotary_dim", integer=True)
         check_even(rotary_dim, name="rotary_dim", what="RoPE")
         if rotary_dim > head_dim:
             raise ValueError(f"rotary_dim={rotary_dim} cannot exceed head_dim={head_dim}")
         if pairing not in PAIRINGS:
             raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
-        if base <= 1:
-            raise ValueError(f"base must be > 1, got {base}")
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
-        self.base = float(base)
+        self.base = number(base, "base", above=1, fix="the RoPE base is usually 10000 (Llama 3: 500000)")
         self.pairing: Pairing = pairing
 
     # -- frequency transform: the one thing scaled variants change ---------

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from posenc.validation import number, positive_int
 from posenc.positions.base import check_positions
 from posenc.positions.rotary import Pairing, RoPE, apply_rotary
 
@@ -50,11 +51,8 @@ class XPos(RoPE):
     def __init__(self, *, head_dim: int, base: float = 10000.0, pairing: Pairing = "interleaved",
                  rotary_dim: int | None = None, scale_base: float = 512.0, gamma: float = 0.4) -> None:
         super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim)
-        if not scale_base > 0:
-            raise ValueError(f"scale_base must be positive, got {scale_base}")
-        if not gamma > 0:
-            raise ValueError(f"gamma must be positive (ζ_0 = gamma/(1+gamma) must be > 0), got {gamma}")
-        self.scale_base, self.gamma = float(scale_base), float(gamma)
+        self.scale_base = number(scale_base, "scale_base", above=0)
+        self.gamma = number(gamma, "gamma", above=0, fix="ζ_0 = gamma/(1+gamma) must be in (0, 1); the paper uses 0.4")
 
     def zeta(self) -> Tensor:
         """ζ_i = (2i/R + gamma)/(1 + gamma), float64 (P,)."""

@@ -67,7 +67,7 @@ def number(
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
-    bounds = [f"{sign} {bound:g}" for sign, bound in ((">=", minimum), (">", above), ("<=", maximum), ("<", below))
+    bounds = [f"{sign} {bound if isinstance(bound, int) else format(bound, 'g')}" for sign, bound in ((">=", minimum), (">", above), ("<=", maximum), ("<", below))
               if bound is not None]
     wanted = ("an integer" if integer else "a finite number") + (" " + " and ".join(bounds) if bounds else "")
     if integer and bounds == [">= 1"]:
@@ -100,7 +100,8 @@ def arg_type(check: Callable[[Any, str], T], parse: Callable[[str], Any] = int, 
         try:
             return check(parse(text), name)
         except (TypeError, ValueError) as err:
-            raise argparse.ArgumentTypeError(str(err) if "=" in str(err) else f"invalid value {text!r}") from None
+            message = str(err).removeprefix(f"{name}=") if "=" in str(err) else f"{text!r} is not a number"
+            raise argparse.ArgumentTypeError(message) from None
 
     convert.__name__ = getattr(parse, "__name__", "value")  # argparse names the type in its messages
     return convert

@@ -28,11 +28,16 @@ def run(args: argparse.Namespace) -> int:
     from posenc.bench import SUITES, report
     from posenc.bench import run as run_bench
 
-    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    from posenc.validation import check_output, parse_list
+
+    suites = parse_list(args.suites, "--suites")
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
         raise ValueError(f"unknown suite(s) {unknown}; valid: {', '.join(SUITES)}")
-    allocators = [a.strip() for a in args.alloc.split(",") if a.strip()]
+    allocators = parse_list(args.alloc, "--alloc")
+    check_output(args.out, "--out", kind="dir")
+    check_output(args.json, "--json")
+    check_output(args.markdown, "--markdown")
     if args.threads is not None:
         if args.threads < 1:
             raise ValueError(f"--threads must be >= 1, got {args.threads}")

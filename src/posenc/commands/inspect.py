@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
+
+from posenc.validation import check_output, dumps, int_at_least, seed_arg
 
 
 def run(args: argparse.Namespace) -> int:
@@ -17,6 +18,7 @@ def run(args: argparse.Namespace) -> int:
             entry = ckpt.entries[name]
             print(f"{name:<70} {entry.dtype:<5} {list(entry.shape)}")
         return 0
+    check_output(args.out, "--out", kind="dir")
     rows = None
     if args.rows:
         start, _, stop = args.rows.partition(":")
@@ -31,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
                                 sample=args.sample, rows=rows)
     page = write_report(result, args.out) if args.out else None
     if args.json:
-        print(json.dumps(compact(result), indent=1))
+        print(dumps(compact(result), indent=1))
     else:
         print("\n".join(summary_lines(result)))
         if page:
@@ -45,21 +47,23 @@ def register(sub: Any) -> None:
                                    "checkpoint (file, shard index, or folder with config.json) and measure them. "
                                    "Pickle-based files are refused.")
     p.add_argument("path", help="a .safetensors file, a *.safetensors.index.json, or a model folder")
-    p.add_argument("--json", action="store_true", help="print the measurements as JSON instead of a summary")
+    p.add_argument("--json", action="store_true",
+                   help="print the measurements as JSON instead of a summary (strict JSON: an undefined "
+                        "measure, e.g. a NaN, is written as null)")
     p.add_argument("--out", metavar="DIR", help="write index.html, inspect.json and PNG figures into DIR")
     p.add_argument("--position-tensor", metavar="NAME", help="name of the position table (overrides the search)")
     p.add_argument("--token-tensor", metavar="NAME", help="name of the token table (overrides the search)")
     p.add_argument("--head-tensor", metavar="NAME", help="name of the output head (overrides the search)")
-    p.add_argument("--position-offset", type=int, metavar="K",
+    p.add_argument("--position-offset", type=int_at_least(0), metavar="K",
                    help="rows before position 0 in the position table (OPT/BART: 2, detected from config)")
     p.add_argument("--rows", metavar="START:STOP",
                    help="measure only these positions of a learned table (e.g. 0:128, the fine-tuned ones)")
     p.add_argument("--tokens", metavar="W1,W2,...", help="words (or #id) to list neighbours for")
-    p.add_argument("--neighbours", type=int, default=8, metavar="K", help="neighbours per list (default 8)")
-    p.add_argument("--max-positions", type=int, default=1024, metavar="N",
+    p.add_argument("--neighbours", type=int_at_least(1), default=8, metavar="K", help="neighbours per list (default 8)")
+    p.add_argument("--max-positions", type=int_at_least(2), default=1024, metavar="N",
                    help="positions measured for a rotary scheme read from config.json (default 1024)")
-    p.add_argument("--sample", type=int, default=1000, metavar="N",
+    p.add_argument("--sample", type=int_at_least(1), default=1000, metavar="N",
                    help="token rows sampled to count how often a row tops its own dot-product list (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline and samples")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed of the random baseline and samples")
     p.add_argument("--list-tensors", action="store_true", help="list the checkpoint's tensors and exit")
     p.set_defaults(func=run)

@@ -9,9 +9,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from posenc.validation import check_output, dumps, parse_list
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,16 +21,18 @@ def run(args: argparse.Namespace) -> int:
     from posenc.lab.report import property_text, terminal_table, to_json, write_report
 
     cfg = LabConfig(dim=args.dim, length=args.length, base=args.base, seed=args.seed)
+    if args.out != "-":
+        check_output(args.out, "--out", kind="dir")
     show_progress = not args.quiet  # tqdm on stderr: stdout stays clean for --json
     if args.what == "properties":
         rows = property_table(cfg, progress=show_progress)
-        print(json.dumps({"properties": rows}, indent=1) if args.json else property_text(rows))
+        print(dumps({"properties": rows}, indent=1) if args.json else property_text(rows))
         return 0
-    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
+    only = parse_list(args.only, "--only") if args.only is not None else None
     findings = run_lab(cfg, only=only, progress=show_progress)
     rows = property_table(cfg) if not only else None
     if args.json:
-        print(json.dumps(to_json(findings, cfg=cfg, properties=rows)))
+        print(dumps(to_json(findings, cfg=cfg, properties=rows)))
     else:
         print(terminal_table(findings))
         if rows:

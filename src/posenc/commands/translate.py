@@ -14,17 +14,24 @@ import json
 import sys
 from typing import Any
 
+from posenc.validation import check_output, positive_int
+
 
 def _threads(args: argparse.Namespace) -> None:
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(positive_int(args.threads, "--threads"))
 
 
 def _prepare(args: argparse.Namespace):
     from posenc.translation.run import prepare_data
 
+    check_output(args.data, "--data", kind="dir")  # before reading and tokenising the corpus
+    if getattr(args, "run", None):
+        check_output(args.run, "--run", kind="dir")
+    if getattr(args, "out", None):
+        check_output(args.out, "--out", kind="dir")
     return prepare_data(args.data, source=args.source, target=args.target, split=args.split, valid=args.valid,
                         test=args.test, seed=args.split_seed, vocab_size=args.vocab,
                         shared_vocab=not args.separate_vocab, root=args.sword_root,

@@ -265,7 +265,7 @@ class EncoderDecoder(nn.Module):
         src_valid_lens: Tensor | None = None,
     ) -> Tensor:
         """Source ids (B, S) → memory (B, S, D)."""
-        check_ids(src, "src")
+        src = check_ids(src, "src")
         check_batch_positions(src_pos, src.shape[0], "src_pos")
         positions = _positions(src_pos, src.shape[1], 0, src.device)
         x = self.src_embed(src, positions)
@@ -279,7 +279,7 @@ class EncoderDecoder(nn.Module):
         cache: list[LayerCache] | None = None,
     ) -> Tensor:
         """Target ids (B, T) and memory → logits (B, T, V). With ``cache``, ``tgt`` holds only new tokens."""
-        check_ids(tgt, "tgt")
+        tgt = check_ids(tgt, "tgt")
         check_batch_positions(tgt_pos, tgt.shape[0], "tgt_pos")
         check_cache(cache, len(self.decoder))
         offset = cache[0].self_attn.length if cache else 0
@@ -306,7 +306,7 @@ class EncoderDecoder(nn.Module):
         src_padding_mask: Tensor | None = None,
     ) -> Tensor:
         """Greedy decoding with the KV cache; returns (B, 1 + generated) target ids starting with BOS."""
-        check_ids(src, "src")
+        src = check_ids(src, "src")
         memory = self.encode(src, src_padding_mask=src_padding_mask)
         out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
         return _greedy(lambda ids, cache: self.decode(ids, memory, memory_padding_mask=src_padding_mask, cache=cache),
@@ -353,7 +353,7 @@ class DecoderOnlyLM(nn.Module):
     ) -> Tensor:
         """ids (B, T) → logits (B, T, V). With ``cache``, ids holds only the new tokens and
         ``key_padding_mask`` covers every key so far (cached + new)."""
-        check_ids(ids)
+        ids = check_ids(ids)
         check_batch_positions(positions, ids.shape[0])
         check_cache(cache, len(self.layers))
         offset = cache[0].self_attn.length if cache else 0
@@ -370,7 +370,7 @@ class DecoderOnlyLM(nn.Module):
     @torch.no_grad()
     def generate(self, prompt: Tensor, *, max_new_tokens: int, eos_id: int | None = None) -> Tensor:
         """Greedy continuation with the KV cache; each new token gets its true position."""
-        check_ids(prompt, "prompt")
+        prompt = check_ids(prompt, "prompt")
         return _greedy(lambda ids, cache: self(ids, cache=cache), prompt, self.new_cache(), max_new_tokens, eos_id)
 
     def describe(self) -> dict[str, Any]:

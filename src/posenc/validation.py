@@ -297,7 +297,11 @@ def check_model_config(cfg: Any) -> None:
 
 
 def check_ids(ids: Any, name: str = "ids") -> Any:
-    """Token ids must be a 2-D integer tensor (B, T) with T >= 1 (a shape check, no data read)."""
+    """Token ids must be a 2-D integer tensor (B, T) with T >= 1 (a shape check, no data read).
+
+    Returns:
+        ``ids``, widened to int64 when held in a narrower integer dtype (exact).
+    """
     import torch
 
     if not isinstance(ids, torch.Tensor):
@@ -310,7 +314,8 @@ def check_ids(ids: Any, name: str = "ids") -> Any:
                          + ("; add a batch dimension: ids[None]" if ids.dim() == 1 else ""))
     if ids.shape[1] == 0:
         raise ValueError(f"{name} has shape {tuple(ids.shape)}: at least one token per row is needed")
-    return ids
+    # uint8/int16/... hold the same ids exactly; embedding lookups take int64 (or int32)
+    return ids if ids.dtype in (torch.long, torch.int32) else ids.long()
 
 
 def check_batch_positions(positions: Any, batch: int, name: str = "positions") -> None:

@@ -22,6 +22,12 @@ def _csv(text: str, name: str = "list", convert: Any = str) -> list[Any]:
     return parse_list(text, name, convert=convert)
 
 
+def _seed(text: str) -> int:
+    from posenc.validation import seed
+
+    return seed(int(text), "seed")
+
+
 def _shard(text: str) -> tuple[int, int]:
     try:
         index, count = (int(x) for x in text.split("/"))
@@ -47,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
         paths = lg.write_report(cells, args.out, meta)
         print(f"report of {len(cells)} cells: {', '.join(str(p) for p in paths.values())}")
         return 0
+    from posenc.validation import check_output
+
+    check_output(args.out, "--out", kind="dir")
     tasks = _csv(args.task, "--task")
     for t in tasks:
         if t not in task_names():
@@ -55,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         _csv(args.scheme, "--scheme") if args.scheme is not None else lg.default_schemes())
     schemes = _csv(",".join(lg.resolve_scheme(s) for s in schemes), "--scheme (after aliases)")
     base = lg.QUICK if args.quick else lg.DEFAULT
-    grid = lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(_csv(args.seeds, "--seeds", int)),
+    grid = lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(_csv(args.seeds, "--seeds", _seed)),
                          settings=settings_from_args(args, base))
     if info.is_main:
         print(f"lengthgen: {len(grid.cells())} cells — tasks {tasks}, schemes {schemes}, seeds {list(grid.seeds)}; "

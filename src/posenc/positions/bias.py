@@ -184,7 +184,8 @@ class KERPLE(BiasScheme):
 
     def __init__(self, *, num_heads: int, eps: float = 1e-2) -> None:
         super().__init__(num_heads=num_heads)
-        self.eps = number(eps, "eps", above=0, fix="a small positive clamp such as 1e-2")
+        # r₂ of the power kernel is clamped to [eps, 2]; both kernels start with parameters of order 1
+        self.eps = number(eps, "eps", above=0, maximum=1, fix="a small positive clamp such as 1e-2")
         self.r1 = nn.Parameter(torch.rand(num_heads) * 2)
         self.r2 = nn.Parameter(torch.rand(num_heads) * (1 if self.kernel == "log" else 2))
 

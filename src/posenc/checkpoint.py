@@ -432,6 +432,15 @@ def _check_meta(meta: dict[str, Any], step_dir: Path) -> None:
         raise ValueError(f"{where}: 'model_config' must be present (an object, or null for a model without one)")
     if not isinstance(meta.get("state", {}), dict):
         raise ValueError(f"{where}: 'state' must be an object")
+    optimizer = meta.get("optimizer")
+    if optimizer is not None and not (
+            isinstance(optimizer, dict) and isinstance(optimizer.get("class"), str)
+            and isinstance(optimizer.get("param_groups"), list)
+            and all(isinstance(g, dict) for g in optimizer["param_groups"])
+            and isinstance(optimizer.get("scalars"), dict)
+            and all(isinstance(v, dict) for v in optimizer["scalars"].values())):
+        raise ValueError(f"{where}: 'optimizer' must be an object with class, param_groups and scalars; "
+                         "the file was edited or is corrupt — resume from another step")
     ranks = meta.get("rng_ranks")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"{where}: rng_ranks must be an integer >= 1, got {ranks!r}")
@@ -498,7 +507,7 @@ def load_checkpoint(
         tensors = load_file(str(step_dir / OPTIMIZER_FILE)) if (step_dir / OPTIMIZER_FILE).exists() else {}
         try:
             optimizer.load_state_dict(_join_optimizer(tensors, saved))
-        except (ValueError, KeyError, RuntimeError) as err:
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as err:
             raise ValueError(f"optimiser state in {step_dir} does not fit this model's parameters: {err}") from None
     if meta["rng_ranks"] != world_size:
         raise ValueError(

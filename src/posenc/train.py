@@ -280,9 +280,24 @@ def _check_resumable(saved: dict[str, Any], config: TrainConfig, extra: dict[str
     # JSON round trip: tuples become lists, keys strings — compare what the checkpoint can hold
     wanted = json.loads(json.dumps(extra or {}, default=str))
     diff += [f"{k}: checkpoint {saved.get(k)!r} vs now {v!r}" for k, v in wanted.items() if saved.get(k) != v]
+    for name in ("history", "evals"):
+        records = saved.get(name, [])
+        if not (isinstance(records, list) and all(isinstance(r, dict) and "step" in r for r in records)):
+            raise ValueError(f"checkpoint {path}: '{name}' must be a list of records with a step; "
+                             "state.json was edited or is corrupt — resume from another step")
     if diff:
         raise ValueError(f"cannot resume {path}: it was saved by a different run ({'; '.join(diff)}); "
                          "resume with the options it was started with, or give a new checkpoint directory")
+
+
+def _check_optimizer_settings(optimizer: torch.optim.Optimizer, config: TrainConfig, path: str) -> None:
+    """The restored AdamW hyper-parameters must be the config's (state.json is not hashed: check what it set)."""
+    wanted = {"betas": tuple(config.betas), "eps": config.eps, "weight_decay": config.weight_decay}
+    for group in optimizer.param_groups:
+        found = {k: tuple(group.get(k, ())) if k == "betas" else group.get(k) for k in wanted}
+        if found != wanted:
+            raise ValueError(f"checkpoint {path}: its optimiser settings {found} differ from the run's {wanted}; "
+                             "state.json was edited — resume from another step")
 
 
 def train(
@@ -331,6 +346,7 @@ def train(
         meta = load_checkpoint(saved["path"], model=inner, optimizer=optimizer, rank=info.rank,
                                world_size=info.world_size)
         start, history, evals = meta["step"], meta["state"].get("history", []), meta["state"].get("evals", [])
+        _check_optimizer_settings(optimizer, config, saved["path"])
     else:
         torch.manual_seed(config.seed + info.rank)
     if info.world_size > 1:

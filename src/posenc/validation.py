@@ -107,9 +107,9 @@ def arg_type(check: Callable[[Any, str], T], parse: Callable[[str], Any] = int, 
     return convert
 
 
-def int_at_least(low: int) -> Callable[[str], int]:
-    """argparse type: an integer >= ``low``."""
-    return arg_type(lambda v, n: number(v, "value", minimum=low, integer=True), int)
+def int_at_least(low: int, high: int | None = None) -> Callable[[str], int]:
+    """argparse type: an integer >= ``low`` (and <= ``high`` when given)."""
+    return arg_type(lambda v, n: number(v, "value", minimum=low, maximum=high, integer=True), int)
 
 
 def finite_float(*, above: float | None = None, minimum: float | None = None,
@@ -238,9 +238,20 @@ def check_memory(nbytes: float, what: str, *, fix: str) -> None:
     """Refuse work whose planned allocation ``nbytes`` exceeds :func:`memory_budget`, naming the figure."""
     budget = memory_budget()
     if nbytes > budget:
+        source = ("POSENC_MEMORY_BUDGET" if os.environ.get("POSENC_MEMORY_BUDGET")
+                  else "half the machine's memory; set POSENC_MEMORY_BUDGET in bytes to change it")
         raise ValueError(f"{what} needs about {format_bytes(nbytes)}, more than the memory budget of "
-                         f"{format_bytes(budget)} (half the machine's memory; set POSENC_MEMORY_BUDGET in bytes "
-                         f"to change it); {fix}")
+                         f"{format_bytes(budget)} ({source}); {fix}")
+
+
+def check_table(rows: int, width: int, what: str, *, option: str) -> None:
+    """Refuse a learned table (rows × width) whose training footprint exceeds the memory budget.
+
+    Counts float32 weights, gradients and AdamW's two moments (16 bytes per entry),
+    checked when the table is built — before anything is allocated.
+    """
+    check_memory(16.0 * rows * width, f"a {rows} × {width} learned {what} (weights, gradients, AdamW moments)",
+                 fix=f"lower {option}")
 
 
 def format_bytes(n: float) -> str:
@@ -294,6 +305,12 @@ def check_model_config(cfg: Any) -> None:
         raise ValueError(f"dim={cfg.dim} must be a multiple of num_heads={cfg.num_heads}")
     if not isinstance(cfg.position_options, dict):
         raise TypeError(f"position_options must be a dict of the scheme's options, got {cfg.position_options!r}")
+    ffn = cfg.ffn_dim or 4 * cfg.dim
+    vocab = cfg.vocab_size + (cfg.tgt_vocab_size or cfg.vocab_size)
+    layers = cfg.num_layers + (cfg.num_decoder_layers or cfg.num_layers)
+    parameters = vocab * cfg.dim * 2 + layers * (8 * cfg.dim * cfg.dim + 2 * cfg.dim * ffn)  # upper bound
+    check_memory(16.0 * parameters, f"a model of about {parameters:,} parameters (weights, gradients, AdamW "
+                 "moments)", fix="lower dim, ffn_dim, num_layers or the vocabulary")
 
 
 def check_ids(ids: Any, name: str = "ids") -> Any:
@@ -341,6 +358,7 @@ __all__ = [
     "check_memory",
     "check_model_config",
     "check_output",
+    "check_table",
     "dumps",
     "finite_float",
     "format_bytes",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hypothesis import assume, event, given, note
+from hypothesis import assume, event, given, note, settings
 from hypothesis import strategies as st
 from safetensors.torch import save_file
 
@@ -31,6 +31,12 @@ from posenc.positions import build, lookup, names
 from posenc.validation import dumps
 
 from conftest import posenc
+
+@pytest.fixture(autouse=True)
+def small_memory_budget(monkeypatch):
+    """1 GiB: a fuzzed size (a 2³¹-row table) must be refused by the budget, not allocated."""
+    monkeypatch.setenv("POSENC_MEMORY_BUDGET", str(1 << 30))
+
 
 ACCEPTED = (ValueError, TypeError)  # CheckpointError is a ValueError; FileNotFoundError is caught where files vanish
 
@@ -300,9 +306,9 @@ def model_dir(tmp_path_factory):
     return folder
 
 
+@settings(max_examples=max(10, settings.default.max_examples // 8))  # each example may train for a second
 @given(args=argv())
 def test_any_command_line_exits_0_1_or_2_with_one_line_and_no_traceback(args, model_dir, monkeypatch):
-    monkeypatch.setenv("POSENC_MEMORY_BUDGET", str(2 << 30))
     args = [str(model_dir) if a == "@MODEL" else a for a in args]
     assume("--checkpoint-every" not in args or "--checkpoint-dir" in args)
     result = posenc(*args)

@@ -13,6 +13,9 @@ from typing import Any
 
 from posenc.validation import check_memory, check_output, dumps, finite_float, int_at_least, seed_arg
 
+#: Most optimiser updates one run may ask for (a billion: weeks of work for the largest model here); a larger
+#: --steps is a typo, not a plan — refused instead of starting a run that would never end.
+MAX_STEPS = 10**9
 #: Bytes per float of activations kept for the backward pass (float32).
 _FLOAT = 4
 #: Rough bytes per token of an example held in Python (tuples of str references + objects).
@@ -42,7 +45,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     positive = int_at_least(1)
     g.add_argument("--train-max", type=positive, default=None, help="longest training length")
     g.add_argument("--test-max", type=positive, default=None, help="longest evaluated length")
-    g.add_argument("--steps", type=positive, default=None)
+    g.add_argument("--steps", type=int_at_least(1, MAX_STEPS), default=None)
     g.add_argument("--batch-size", type=positive, default=None)
     g.add_argument("--lr", type=finite_float(above=0), default=None)
     g.add_argument("--dim", type=positive, default=None)
@@ -50,7 +53,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=positive, default=None)
     g.add_argument("--dropout", type=finite_float(minimum=0, below=1), default=None)
     g.add_argument("--eval-examples", type=positive, default=None, help="evaluated examples per length")
-    g.add_argument("--threads", type=positive, default=None,
+    g.add_argument("--threads", type=int_at_least(1, 4096), default=None,
                    help="torch threads per process (default 1; use --jobs/torchrun for more cores)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
 

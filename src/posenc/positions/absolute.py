@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc.validation import number, positive_int
+from posenc.validation import check_table, number, positive_int
 from posenc.positions.base import AdditiveScheme, check_positions
 
 
@@ -112,6 +112,7 @@ class LearnedPositions(AdditiveScheme):
         super().__init__(dim=dim)
         self.max_len = positive_int(max_len, "max_len")
         self.init_std = number(init_std, "init_std", minimum=0)
+        check_table(self.max_len, dim, "position table", option="max_len")
         self.weight = nn.Parameter(torch.empty(max_len, dim))
         nn.init.normal_(self.weight, std=init_std)
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc.validation import number, positive_int
+from posenc.validation import check_table, number, positive_int
 from posenc.positions.base import BiasScheme, check_positions
 
 
@@ -137,6 +137,7 @@ class T5RelativeBias(BiasScheme):
     def __init__(self, *, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
                  bidirectional: bool = True, init_std: float = 0.02) -> None:
         super().__init__(num_heads=num_heads)
+        check_table(positive_int(num_buckets, "num_buckets"), num_heads, "bucket table", option="num_buckets")
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bool(bidirectional)
         t5_bucket(torch.zeros(1, dtype=torch.long), bidirectional=self.bidirectional,
                   num_buckets=num_buckets, max_distance=max_distance)  # validate now

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc.validation import number, positive_int
+from posenc.validation import check_table, number, positive_int
 from posenc.positions.base import BiasScheme, check_positions
 from posenc.positions.bias import relative_distance
 
@@ -46,7 +46,7 @@ class FIRE(BiasScheme):
     def __init__(self, *, num_heads: int, mlp_width: int = 32, init_c: float = 0.1, init_L: float = 512.0,
                  eps: float = 1e-6) -> None:
         super().__init__(num_heads=num_heads)
-        positive_int(mlp_width, "mlp_width")
+        check_table(positive_int(mlp_width, "mlp_width"), num_heads + 3, "FIRE MLP", option="mlp_width")
         number(init_c, "init_c", above=0)
         number(init_L, "init_L", above=0)
         number(eps, "eps", above=0)

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from posenc.validation import number, positive_int
+from posenc.validation import check_table, number, positive_int
 from posenc.validation import seed as seed_
 from posenc.positions.absolute import check_even, sinusoid_table
 from posenc.positions.base import AdditiveScheme, check_positions
@@ -51,6 +51,8 @@ class RandomizedPositions(AdditiveScheme):
                  base: float = 10000.0, seed: int = 0) -> None:
         super().__init__(dim=dim)
         max_len = positive_int(max_len, "max_len")
+        if inner == "learned":
+            check_table(max_len, dim, "position table", option="max_len")
         base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
         if inner not in ("sinusoidal", "learned"):
             raise ValueError(f"inner must be 'sinusoidal' or 'learned', got {inner!r}")

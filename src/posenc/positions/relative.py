@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc.validation import number, positive_int
+from posenc.validation import check_table, number, positive_int
 from posenc.positions.base import BiasScheme, check_positions
 from posenc.positions.bias import relative_distance
 
@@ -56,6 +56,7 @@ class ShawRelative(BiasScheme):
         super().__init__(num_heads=num_heads)
         head_dim = positive_int(head_dim, "head_dim")
         max_distance = number(max_distance, "max_distance", minimum=0, integer=True)
+        check_table(2 * max_distance + 1, head_dim, "relative-distance table", option="max_distance")
         self.head_dim, self.max_distance = head_dim, max_distance
         self.init_std = number(init_std, "init_std", minimum=0)
         self.table = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))  # (K, Dh): rows −k … k

@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from posenc.checkpoint import load_weights
 from posenc.train import TrainConfig, step_generator, train
-from posenc.transformer import ModelConfig, build_encoder_decoder
+from posenc.models import ModelConfig, build_encoder_decoder
 from posenc.translation.baseline import BaselineConfig, TorchTransformer
 from posenc.translation.corpus import (
     DEFAULT_SOURCE,

@@ -32,7 +32,7 @@ VALUE_NAMES = {
 
 
 def test_json_interface(capsys):
-    assert main(["lab", "--json", "--quiet", "--out", "-", "--only", ",".join(CHEAP)]) == 0
+    assert main(["lab", "--json", "-", "--quiet", "--out", "-", "--only", ",".join(CHEAP)]) == 0
     data = json.loads(capsys.readouterr().out)
     exps = {e["id"]: e for e in data["experiments"]}
     assert list(exps) == CHEAP
@@ -74,7 +74,7 @@ def test_unknown_id_and_bad_sizes_are_clear_errors(capsys):
 
 
 def test_properties_command_lists_every_scheme(capsys):
-    assert main(["lab", "properties", "--json", "--quiet", "--length", "64", "--dim", "16"]) == 0
+    assert main(["lab", "properties", "--json", "-", "--quiet", "--length", "64", "--dim", "16"]) == 0
     rows = json.loads(capsys.readouterr().out)["properties"]
     assert [r["name"] for r in rows] == names()
 

@@ -49,7 +49,7 @@ def test_json_interface(capsys):
 
 
 def test_defaults_reproduce_the_articles_numbers():
-    """At d = 64, L = 512, base 10000 the lab must give the articles' values (SPEC.md items 1–6)."""
+    """At d = 64, L = 512, base 10000 the lab must give the articles' values (docs/lab.md, article 000)."""
     f = {x.id: x.values for x in run_lab(LabConfig(), only=CHEAP[:6])}
     w0, w100 = f["naive-position"]["windows"]
     assert round(w0["position_spread"], 2) == 11.18 and round(w100["position_spread"], 2) == 458.39

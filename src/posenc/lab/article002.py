@@ -1,6 +1,6 @@
 """Articles 001 / 002 — the d2l presentation: the encoding module, multi-head attention,
 CNN vs RNN vs self-attention measured, encoder/decoder masking, and the exercises
-(SPEC items 9–13).
+(lab claims pe-module … exercises-relative; docs/lab.md).
 
 Shape legend: B batch, T / n sequence length, d width, H heads, V vocabulary.
 """

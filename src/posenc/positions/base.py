@@ -1,6 +1,6 @@
 """The contract every position scheme keeps.
 
-A position scheme can act in exactly one of three places (DESIGN.md):
+A position scheme can act in exactly one of three places:
 
 =========  =====================================  ==============================
 family     acts on                                hook it overrides

@@ -10,7 +10,7 @@ projection weights:
   torchtune).
 
 Angles are formed in float64 from integer positions and only then cast
-(DESIGN.md: precision); the rotation itself runs in at least float32 and the
+(a low-precision position would round); the rotation itself runs in at least float32 and the
 result is cast back to the input dtype.
 
 Shape legend: B batch, H heads, T sequence length, Dh head width,

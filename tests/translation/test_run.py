@@ -85,8 +85,11 @@ def test_options_validation() -> None:
     model = ModelConfig(vocab_size=50, position="rope")
     with pytest.raises(ValueError, match="'posenc' or 'torch'"):
         TranslateOptions(backbone="rnn", model=model)
-    with pytest.raises(ValueError, match="sinusoidal encoding, not 'rope'.*--model posenc"):
+    with pytest.raises(ValueError, match="sinusoidal encoding with its defaults, not 'rope'.*--model posenc"):
         TranslateOptions(backbone="torch", model=model)
+    with pytest.raises(ValueError, match="--position-option"):
+        TranslateOptions(backbone="torch", model=ModelConfig(vocab_size=50, position_options={"base": 500.0}))
+    assert TranslateOptions(backbone="torch", model=ModelConfig(vocab_size=50)).label.startswith("torch.nn")
 
 
 def test_options_compose_model_and_train_configs_and_round_trip(tmp_path: Path, seed: int) -> None:

@@ -16,7 +16,8 @@ BASELINE = "torch"
 def comparison_runs(base: TranslateOptions, *, positions: list[str], baseline: bool) -> dict[str, TranslateOptions]:
     """One run per position scheme of posenc's model, plus (``baseline``) the nn.Transformer one, named
     ``torch``; everything but the backbone and the scheme is ``base``'s."""
-    runs = {BASELINE: replace(base, backbone="torch", model=replace(base.model, position="sinusoidal"))} if baseline else {}
+    torch_model = replace(base.model, position="sinusoidal", position_options={})  # the baseline's own encoding
+    runs = {BASELINE: replace(base, backbone="torch", model=torch_model)} if baseline else {}
     for position in positions:
         runs[position] = replace(base, backbone="posenc", model=replace(base.model, position=position))
     return runs

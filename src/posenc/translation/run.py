@@ -173,9 +173,10 @@ class TranslateOptions:
     def __post_init__(self) -> None:
         if self.backbone not in ("posenc", "torch"):
             raise ValueError(f"backbone must be 'posenc' or 'torch', got {self.backbone!r}")
-        if self.backbone == "torch" and self.model.position != "sinusoidal":
-            raise ValueError("the torch.nn.Transformer baseline uses the sinusoidal encoding, not "
-                             f"{self.model.position!r}; drop --position or use --model posenc")
+        if self.backbone == "torch" and (self.model.position != "sinusoidal" or self.model.position_options):
+            raise ValueError("the torch.nn.Transformer baseline uses the sinusoidal encoding with its defaults, not "
+                             f"{self.model.position!r} {self.model.position_options or ''}; drop --position and "
+                             "--position-option, or use --model posenc")
 
     @property
     def seed(self) -> int:

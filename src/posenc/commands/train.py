@@ -2,15 +2,17 @@
 
 Example::
 
-    posenc train --task copy --scheme rope --steps 1500 --checkpoint-dir runs/copy-rope
+    posenc train --task copy --position rope --steps 1500 --checkpoint-dir runs/copy-rope
     # Ctrl-C saves; the same command with --resume continues to the same final weights.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
+from posenc.cli_options import add_json, add_position, add_quiet, add_seed, add_threads, json_to_stdout, write_json
 from posenc.validation import check_memory, check_output, dumps, finite_float, int_at_least, seed_arg
 
 #: Most optimiser updates one run may ask for (a billion: weeks of work for the largest model here); a larger
@@ -53,9 +55,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=positive, default=None)
     g.add_argument("--dropout", type=finite_float(minimum=0, below=1), default=None)
     g.add_argument("--eval-examples", type=positive, default=None, help="evaluated examples per length")
-    g.add_argument("--threads", type=int_at_least(1, 4096), default=None,
-                   help="torch threads per process (default 1; use --jobs/torchrun for more cores)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_threads(g, help="torch threads per process (default 1; use --jobs/torchrun for more cores)")
+    add_quiet(g)
 
 
 def settings_from_args(args: argparse.Namespace, base: Any) -> Any:
@@ -120,22 +121,18 @@ def run(args: argparse.Namespace) -> int:
 
         check_output(args.checkpoint_dir, "--checkpoint-dir", kind="dir")
         check_run_dir(args.checkpoint_dir)
-    plan_cell(args.task, settings)
-    cell = lg.train_one(args.task, args.scheme, seed=args.seed, settings=settings, checkpoint_dir=args.checkpoint_dir,
-                        resume=args.resume, checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+    plan_cell(args.task, settings)  # sizes against the memory budget
+    cell = lg.train_one(args.task, args.position, seed=args.seed, settings=settings, checkpoint_dir=args.checkpoint_dir,
+                        resume=args.resume, checkpoint_every=args.checkpoint_every, progress=not args.quiet)
     if info.is_main:
         lo, hi = cell["train_lengths"]
+        show = sys.stderr if json_to_stdout(args) else sys.stdout  # `--json -`: stdout holds only the JSON
         print(f"{cell['task']} / {cell['scheme']}: trained {cell['steps']} steps on lengths {lo}–{hi} "
-              f"(final loss {cell['final_loss']:.4f}, {cell['seconds']:.0f} s)")
-        print("length  accuracy")
+              f"(final loss {cell['final_loss']:.4f}, {cell['seconds']:.0f} s)", file=show)
+        print("length  accuracy", file=show)
         for n, acc in cell["accuracy"].items():
-            print(f"{n:>6}  {100 * acc:6.1f} %{'' if int(n) <= hi else '   (beyond training)'}")
-        if args.json == "-":
-            print(dumps(cell, indent=1))
-        elif args.json:
-            from posenc.checkpoint import atomic_write_text
-
-            atomic_write_text(args.json, dumps(cell, indent=1))
+            print(f"{n:>6}  {100 * acc:6.1f} %{'' if int(n) <= hi else '   (beyond training)'}", file=show)
+        write_json(args, cell)
     if info.world_size > 1:
         import torch.distributed as dist
 
@@ -147,15 +144,14 @@ def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train one model on a synthetic task (checkpoints, --resume)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="copy", help="copy, reverse, sort, addition or scan")
-    p.add_argument("--scheme", default="rope", help="a registered position scheme (aliases nope, absolute)")
-    p.add_argument("--seed", type=seed_arg, default=0)
+    add_position(p, default="rope", options=False)
+    add_seed(p, help="seed of the weights and the training data")
     p.add_argument("--quick", action="store_true", help="the small preset of `lengthgen --quick`")
     p.add_argument("--checkpoint-dir", default=None, help="save here (at the end, every --checkpoint-every, on Ctrl-C)")
     p.add_argument("--checkpoint-every", type=int_at_least(0), default=0, help="also save every N steps (0: at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir exactly")
     p.add_argument("--eval-every", type=int_at_least(1), default=None, help="also evaluate every N steps")
-    p.add_argument("--json", default=None, metavar="FILE",
-                   help="write the result (accuracy by length, history) to this file ('-': stdout); "
-                        "strict JSON: a value that is not a finite number is written as null")
+    add_json(p, help="write the result (accuracy by length, history) as JSON to FILE ('-': stdout); strict JSON: "
+                     "a value that is not a finite number is written as null")
     add_model_args(p)
     p.set_defaults(func=run)

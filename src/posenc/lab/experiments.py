@@ -1,4 +1,4 @@
-"""Run the lab: every experiment of shared/SPEC.md, by id, with progress.
+"""Run the lab: every experiment of the source articles (docs/lab.md), by id, with progress.
 
 >>> from posenc.lab.experiments import run_lab, LabConfig
 >>> findings = run_lab(LabConfig(), only=["sinusoid-norm"])
@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -16,17 +15,17 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-# importing the article modules registers their experiments, in SPEC order
+# importing the article modules registers their experiments, in article order
 from posenc.lab import article000, article002, article003  # noqa: F401
 from posenc.lab.core import EXPERIMENTS, Finding, LabConfig
 from posenc.lab.measures import scheme_properties
-from posenc.positions import build, lookup, names
+from posenc.positions import build, lookup, names, option_names
 
 __all__ = ["EXPERIMENTS", "Finding", "LabConfig", "experiment_ids", "property_table", "run_lab"]
 
 
 def experiment_ids() -> list[str]:
-    """Every experiment id, in SPEC order."""
+    """Every experiment id, in article order."""
     return list(EXPERIMENTS)
 
 
@@ -41,7 +40,7 @@ def select(only: Sequence[str] | None) -> list[str]:
 
 
 def run_lab(cfg: LabConfig, *, only: Sequence[str] | None = None, progress: bool = False) -> list[Finding]:
-    """Run the selected experiments in SPEC order; each finding records its wall time.
+    """Run the selected experiments in article order; each finding records its wall time.
 
     The experiments work on small tensors, where intra-op threads cost more
     than they save (and oversubscribe a shared machine), so torch runs
@@ -75,8 +74,7 @@ def property_table(cfg: LabConfig, *, progress: bool = False) -> list[dict[str, 
     rows = []
     for name in tqdm(names(), desc="properties", unit="scheme", disable=not progress, leave=False):
         try:
-            cls = lookup(name)
-            options = {"base": cfg.base} if "base" in inspect.signature(cls.__init__).parameters else {}
+            options = {"base": cfg.base} if "base" in option_names(name) else {}
             torch.manual_seed(cfg.seed)  # learned tables: the same random rows every run
             scheme = build(name, dim=cfg.dim, num_heads=heads, **options)
             rows.append(scheme_properties(scheme, length=cfg.length))

@@ -1,18 +1,23 @@
 """The contract every position scheme keeps.
 
-A position scheme can act in exactly one of three places (DESIGN.md):
+A position scheme can act in exactly one of three places:
 
 =========  =====================================  ==============================
 family     acts on                                hook it overrides
 =========  =====================================  ==============================
-additive   token vectors before the first block   ``add(x, positions)``
-rotary     queries and keys inside attention      ``rotate(q, k, q_pos, k_pos)``
+additive   token vectors before the first block   ``add(x, positions)``, ``encode``
+rotary     queries and keys inside attention      ``rotate_query``, ``rotate_key``
 bias       attention logits                       ``attention_bias(q_pos, k_pos, q)``
 none       nothing                                —
 =========  =====================================  ==============================
 
-Every scheme inherits all three hooks; the base versions do nothing, so a model
+Every scheme inherits all the hooks; the base versions do nothing, so a model
 calls all of them at their places and never asks which scheme it holds.
+``rotate(q, k, q_pos, k_pos)`` applies ``rotate_query`` and ``rotate_key``;
+``rotate_query`` alone serves cached cross-attention, whose keys were rotated
+when cached. ``encode(positions)`` is the vectors an additive scheme adds (the
+lab measures them; other families raise). ``context_args`` says what the scheme
+takes from the model it is built for (see ``ModelContext``).
 
 Positions are data, not shape: every hook takes explicit integer positions,
 ``(T,)`` shared by the batch or ``(B, T)`` per sequence. Offsets for cached
@@ -29,6 +34,7 @@ Dh head width.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -68,6 +74,44 @@ def default_positions(length: int, *, offset: int = 0, device: torch.device | No
     return torch.arange(offset, offset + length, dtype=torch.long, device=device)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelContext:
+    """What the model a scheme is built for says about itself.
+
+    The registry hands this to ``PositionScheme.context_args`` so each scheme
+    takes from the model what it needs and nothing else: additive schemes the
+    width, rotary schemes the head width, bias schemes the head count, a learned
+    table the longest sequence, a bucketed bias whether the stack is causal.
+
+    Args:
+        dim: model width D (the width after the position scheme).
+        num_heads: attention heads H; ``dim`` must be a multiple of it.
+        max_length: the longest sequence the model will see (None: unknown; the
+            schemes that need a length keep their own default).
+        causal: whether the attention this scheme serves is causal (a decoder).
+
+    Raises:
+        ValueError: a non-positive width/head count, a width not divisible by the
+            head count, or a non-positive max_length.
+    """
+
+    dim: int
+    num_heads: int
+    max_length: int | None = None
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_heads <= 0 or self.dim <= 0 or self.dim % self.num_heads:
+            raise ValueError(f"dim={self.dim} must be a positive multiple of num_heads={self.num_heads}")
+        if self.max_length is not None and self.max_length <= 0:
+            raise ValueError(f"max_length must be positive (or None), got {self.max_length}")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one head, Dh = D / H."""
+        return self.dim // self.num_heads
+
+
 class PositionScheme(nn.Module):
     """Base class of every position scheme. See the module docstring.
 
@@ -84,6 +128,16 @@ class PositionScheme(nn.Module):
     #: Number of heads the similarity has a separate map for (bias schemes), else None.
     heads: int | None = None
 
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        """The constructor arguments this scheme takes from the model (``ctx``); none for NoPE.
+
+        Families override this (width, head width, head count); a scheme that
+        needs more of the model (a learned table's length) extends its family's.
+        The scheme's own options, given to the registry, override these.
+        """
+        return {}
+
     # -- the three hooks ---------------------------------------------------
     def add(self, x: Tensor, positions: Tensor) -> Tensor:
         """Additive hook: token vectors ``x`` (B, T, D) → (B, T, D + extra_width)."""
@@ -92,6 +146,23 @@ class PositionScheme(nn.Module):
     def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotary hook: queries (B, H, Tq, Dh) and keys (B, H, Tk, Dh) → same shapes."""
         return q, k
+
+    def rotate_query(self, q: Tensor, q_pos: Tensor) -> Tensor:
+        """The rotary hook for queries alone (cached cross-attention: its keys were rotated when cached)."""
+        return q
+
+    def rotate_key(self, k: Tensor, k_pos: Tensor) -> Tensor:
+        """The rotary hook for keys alone (what a cache stores)."""
+        return k
+
+    def encode(self, positions: Tensor) -> Tensor:
+        """The vectors the additive hook adds at ``positions``, (..., T, D); only additive schemes add any.
+
+        Raises:
+            TypeError: the scheme is not additive.
+        """
+        raise TypeError(f"{self.name} is a {self.family} scheme: it adds no vectors to the tokens "
+                        "(only additive schemes have encode)")
 
     def attention_bias(self, q_pos: Tensor, k_pos: Tensor, q: Tensor | None = None) -> Tensor | None:
         """Bias hook: a tensor broadcastable to (B, H, Tq, Tk) added to the logits, or None.
@@ -153,6 +224,10 @@ class AdditiveScheme(PositionScheme):
             raise ValueError(f"dim must be positive, got {dim}")
         self.dim = dim
 
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        return {"dim": ctx.dim - cls.extra_width}
+
     def encode(self, positions: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -185,9 +260,17 @@ class AdditiveScheme(PositionScheme):
 
 
 class RotaryScheme(PositionScheme):
-    """A rotation of queries and keys by position; subclasses implement ``rotate``."""
+    """A rotation of queries and keys by position; subclasses implement ``rotate_query`` and ``rotate_key``
+    (each by its own positions), and ``rotate`` applies both."""
 
     family: ClassVar[Family] = "rotary"
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return self.rotate_query(q, q_pos), self.rotate_key(k, k_pos)
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        return {"head_dim": ctx.head_dim}
 
 
 class BiasScheme(PositionScheme):
@@ -204,6 +287,10 @@ class BiasScheme(PositionScheme):
             raise ValueError(f"num_heads must be positive, got {num_heads}")
         self.num_heads = num_heads
         self.heads = num_heads
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        return {"num_heads": ctx.num_heads}
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         pos_i = check_positions(pos_i, name="pos_i")

@@ -29,8 +29,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posenc.positions.base import BiasScheme, ModelContext, check_positions
 from posenc.validation import check_table, number, positive_int
-from posenc.positions.base import BiasScheme, check_positions
 from posenc.positions.bias import relative_distance
 
 
@@ -61,6 +61,11 @@ class ShawRelative(BiasScheme):
         self.init_std = number(init_std, "init_std", minimum=0)
         self.table = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))  # (K, Dh): rows −k … k
         nn.init.normal_(self.table, std=init_std)
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        """Head count and head width: each table row is a vector of the head's width."""
+        return {**super().context_args(ctx), "head_dim": ctx.head_dim}
 
     def table_index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """clip(j − i, −k, k) + k: the table row of every pair, int64 (Tq, Tk) or (B, Tq, Tk)."""

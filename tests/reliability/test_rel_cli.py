@@ -13,7 +13,7 @@ import pytest
 from conftest import assert_refused, posenc
 
 TINY = ("train", "--quick", "--steps", "2", "--eval-examples", "2", "--dim", "8", "--heads", "2", "--layers", "1",
-        "--no-progress")
+        "--quiet")
 
 
 @pytest.mark.parametrize("flag, value", [
@@ -151,6 +151,6 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     save_file({"transformer.wte.weight": torch.randn(3000, 8), "transformer.wpe.weight": torch.randn(1000, 8)},
               str(tmp_path / "model.safetensors"))
     env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run(f"{sys.executable} -m posenc.cli inspect {tmp_path} --json | head -c 10", shell=True,
+    proc = subprocess.run(f"{sys.executable} -m posenc.cli inspect {tmp_path} --json - | head -c 10", shell=True,
                           capture_output=True, text=True, env=env, timeout=110)
     assert len(proc.stdout) == 10 and proc.stderr == "", proc.stderr

@@ -279,7 +279,7 @@ def test_resume_from_a_tampered_checkpoint_is_exact_or_refused(field, value, fil
 ARG_VALUES = st.sampled_from(["-1", "0", "1", "2", "3", "8", "16", "nan", "inf", "1e30", str(2**64), "abc", "",
                               ",", "-", "rope", "rope,rope", "copy", "distance-only"])
 TRAIN_FLAGS = ["--lr", "--batch-size", "--eval-examples", "--threads", "--dropout", "--seed", "--layers",
-               "--test-max", "--train-max", "--steps", "--dim", "--heads", "--task", "--scheme", "--checkpoint-every",
+               "--test-max", "--train-max", "--steps", "--dim", "--heads", "--task", "--position", "--checkpoint-every",
                "--eval-every"]
 LAB_FLAGS = ["--only", "--dim", "--length", "--base", "--seed"]
 INSPECT_FLAGS = ["--max-positions", "--neighbours", "--sample", "--seed", "--rows", "--position-offset", "--tokens",
@@ -292,7 +292,7 @@ def argv(draw):
     flags = {"train": TRAIN_FLAGS, "lab": LAB_FLAGS, "inspect": INSPECT_FLAGS, "schemes": []}[command]
     pairs = draw(st.lists(st.tuples(st.sampled_from(flags or ["--json"]), ARG_VALUES), max_size=3))
     base = {"train": ["train", "--quick", "--steps", "2", "--eval-examples", "2", "--dim", "8", "--heads", "2",
-                      "--layers", "1", "--no-progress"],
+                      "--layers", "1", "--quiet"],
             "lab": ["lab", "--only", "distance-only", "--length", "16", "--dim", "8", "--out", "-", "--quiet"],
             "inspect": ["inspect", "@MODEL"], "schemes": ["schemes"]}[command]
     extra = [] if command == "schemes" else [token for pair in pairs for token in pair]

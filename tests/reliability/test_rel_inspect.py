@@ -107,7 +107,7 @@ def test_an_all_zero_table_has_no_distance_score_and_json_is_strict(tmp_path, ge
     assert math.isnan(distance_r2(torch.zeros(32, 8, dtype=torch.float64)))
     assert distance_r2(torch.ones(32, 8, dtype=torch.float64) * 3) != 1.0
     folder = gpt2(tmp_path / "m", gen, table=torch.zeros(32, 8))
-    result = posenc("inspect", str(folder), "--json")
+    result = posenc("inspect", str(folder), "--json", "-")
     assert result.code == 0, result.err
     data = strict_json(result.out)  # a NaN anywhere would raise here
     assert data["position"]["analysis"]["distance_r2"] is None

@@ -109,7 +109,7 @@ def _run_jobs(args: argparse.Namespace, grid: Any) -> tuple[list[dict[str, Any]]
             argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     threads = args.threads or 1
     procs = [subprocess.Popen([sys.executable, "-m", "posenc.cli", *argv, "--shard", f"{i}/{args.jobs}",
-                               "--threads", str(threads), "--no-progress"]) for i in range(args.jobs)]
+                               "--threads", str(threads), "--quiet"]) for i in range(args.jobs)]
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # the children got the same Ctrl-C: let them save and stop

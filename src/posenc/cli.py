@@ -67,10 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     them with the traceback instead.
     """
     parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as stop:  # argparse: --help (0) or a usage error (2), already printed
-        return int(stop.code or 0) if not isinstance(stop.code, str) else EXIT_USAGE
+    args = parser.parse_args(argv)  # a usage error exits 2 here (argparse's SystemExit), --help 0
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()

@@ -34,7 +34,10 @@ def posenc(*argv: str) -> Outcome:
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
+        try:
+            code = main([str(a) for a in argv])
+        except SystemExit as stop:  # argparse's usage errors (2) and --help (0)
+            code = stop.code if isinstance(stop.code, int) else 2
     return Outcome(code, out.getvalue(), err.getvalue())
 
 

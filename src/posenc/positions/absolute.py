@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posenc.checks import cached_table_rows, check_values
 from posenc.positions.base import AdditiveScheme, check_positions
 
 
@@ -76,13 +77,12 @@ class SinusoidalPositions(AdditiveScheme):
 
         Bit-for-bit ``encode(positions).to(dtype)`` (float64 formula, cast at the
         end), so ``add`` is one gather of T rows and one read-add-write of x.
-        Positions past ``TABLE_LIMIT`` are formed directly.
+        Positions past ``TABLE_LIMIT``, and every call under ``torch.compile``,
+        are formed directly.
         """
         positions = check_positions(positions).to(device)
-        if not positions.numel():
-            return super().table(positions, dtype=dtype, device=device)
-        rows = max(256, 1 << int(positions.max()).bit_length())
-        if rows * self.dim > self.TABLE_LIMIT:
+        rows = cached_table_rows(positions, width=self.dim, limit=self.TABLE_LIMIT)
+        if rows is None:
             return super().table(positions, dtype=dtype, device=device)
         cache: dict[Any, tuple[tuple[int, float], Tensor]] = self.__dict__.setdefault("_table_cache", {})
         key, stamp = (dtype, device), (self.dim, self.base)
@@ -120,12 +120,13 @@ class LearnedPositions(AdditiveScheme):
 
     def encode(self, positions: Tensor) -> Tensor:
         positions = check_positions(positions)
-        if positions.numel() and int(positions.max()) >= self.max_len:
-            raise ValueError(
-                f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
-                f"but position {int(positions.max())} was asked for; build it with a larger max_len "
-                "or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
-            )
+        fix = "build it with a larger max_len or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
+        check_values(
+            positions < self.max_len,
+            lambda: f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                    f"but position {int(positions.max())} was asked for; {fix}",
+            compiled_message=f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                             f"but a larger position was asked for; {fix}")
         return self.weight[positions.to(self.weight.device)]
 
     def max_position(self) -> int | None:

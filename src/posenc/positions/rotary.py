@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posenc.checks import cached_table_rows, compiling
 from posenc.positions.absolute import check_even
 from posenc.positions import rotary_kernel
 from posenc.positions.base import RotaryScheme, check_positions
@@ -46,8 +47,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
     multiply for the interleaved pairing, cache-blocked ops for the half
     pairing); uses ``apply_rotary_reference`` for tiny inputs (fewer than
     ``SMALL_NUMEL`` elements, e.g. one decoding step, where per-op overhead
-    dominates), when cos/sin need gradients, or when they do not broadcast
-    against x without enlarging it.
+    dominates), when cos/sin need gradients, when they do not broadcast
+    against x without enlarging it, and under ``torch.compile`` (which fuses
+    the textbook form into one pass of its own).
 
     Args:
         x: (..., T, Dh) queries or keys.
@@ -59,6 +61,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
     """
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if compiling():  # the compiler fuses the textbook form into one pass; the eager kernel is opaque to it
+        return apply_rotary_reference(x, cos, sin, pairing=pairing)
     if x.numel() < rotary_kernel.SMALL_NUMEL:  # a few tokens (decoding): fewest Python-level ops wins
         return apply_rotary_reference(x, cos, sin, pairing=pairing)
     pairs = cos.shape[-1]
@@ -172,17 +176,16 @@ class RoPE(RotaryScheme):
         transform and the trigonometry are not redone per call; the values are
         bit-for-bit those of the direct formula. The cache is keyed on
         ``options()``, which must therefore name everything the frequencies
-        depend on. Positions past ``TABLE_LIMIT`` rows·pairs, and subclasses
-        that override ``angles``, are computed directly.
+        depend on. Positions past ``TABLE_LIMIT`` rows·pairs, subclasses
+        that override ``angles``, and every call under ``torch.compile``
+        (sizing the table reads a value) are computed directly.
         """
         return self._cos_sin(check_positions(positions), dtype)
 
     def _cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """``cos_sin`` for positions already checked (``apply`` checks them once)."""
-        if type(self).angles is not RoPE.angles or not positions.numel():
-            return self._cos_sin_direct(positions, dtype)
-        rows = max(256, 1 << int(positions.max()).bit_length())
-        if rows * (self.rotary_dim // 2) > self.TABLE_LIMIT:
+        rows = cached_table_rows(positions, width=self.rotary_dim // 2, limit=self.TABLE_LIMIT)
+        if type(self).angles is not RoPE.angles or rows is None:
             return self._cos_sin_direct(positions, dtype)
         cache: dict[Any, tuple[str, Tensor, Tensor]] = self.__dict__.setdefault("_cos_sin_cache", {})
         key, stamp = (dtype, positions.device), repr(self.options())

@@ -146,7 +146,14 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-TASKS = {"attention_memory": attention_memory, "train": train}
+def compile_bench(spec: dict[str, Any]) -> dict[str, Any]:
+    """Eager vs torch.compile training and decoding (``posenc.bench.compiled``), all contenders in this process."""
+    from posenc.bench.compiled import compile_bench as run
+
+    return run(spec)
+
+
+TASKS = {"attention_memory": attention_memory, "train": train, "compile": compile_bench}
 
 
 def main(argv: list[str]) -> int:

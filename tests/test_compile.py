@@ -222,15 +222,33 @@ def test_inductor_cached_decoding_matches_eager(gen):
 
 
 # -- Llama-family models, once posenc.models.llama exists ---------------------------------------------------
-def test_llama_compiles_to_one_graph(gen):
+def small_llama(name: str = "rope"):
     llama = pytest.importorskip("posenc.models.llama")
-    cfg_cls = llama.LlamaConfig
-    fields = set(cfg_cls.__dataclass_fields__)
-    kwargs = dict(vocab_size=VOCAB, dim=32, num_layers=1, num_heads=4, num_kv_heads=2, ffn_dim=64)
-    cfg = cfg_cls(**{k: v for k, v in kwargs.items() if k in fields})
-    model = llama.build_llama(cfg).eval()
-    ids = torch.randint(0, VOCAB, (2, 8), generator=gen)
-    assert_compiled_matches_eager(model, (ids,), "eager")
+    cfg = llama.LlamaConfig(vocab_size=VOCAB, dim=32, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=64,
+                            position=name)
+    return llama.build_llama(cfg).eval()
+
+
+@pytest.mark.parametrize("name", ["rope", "rope-llama3", "rope-yarn", pytest.param("alibi", marks=pytest.mark.slow)])
+def test_llama_compiles_to_one_graph(name, gen):
+    """Grouped-query LlamaLM: fullgraph forward and backward, compiled == eager."""
+    model = small_llama(name)
+    assert_compiled_matches_eager(model, (torch.randint(0, VOCAB, (2, 8), generator=gen),), "eager")
+
+
+def test_llama_cached_decoding_does_not_recompile_per_token(gen):
+    """LlamaLM.generate calls hidden(): compiled, the graph count does not grow with the number of tokens."""
+    model = small_llama()
+    prompt = torch.randint(0, VOCAB, (2, 5), generator=gen)
+    want = model.generate(prompt, 12)
+    got = {}
+
+    def compile_model(backend) -> None:
+        model.hidden = torch.compile(model.hidden, backend=backend, fullgraph=True)
+
+    counts = count_graphs(compile_model, lambda n: got.setdefault(n, model.generate(prompt, n)), (4, 12))
+    assert counts[0] == counts[1] <= 4, f"graphs after 4 and 12 tokens: {counts}"
+    assert torch.equal(got[12], want)
 
 
 # -- no host sync on CUDA --------------------------------------------------------------------------------

@@ -29,10 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.bench.timing import measure
+from posenc.bench.worker import seq2seq_train_step
 
 PEER = "torch.nn.Transformer"
 
@@ -61,20 +61,6 @@ def _peer_greedy(model: Callable[[Tensor, Tensor], Tensor], src: Tensor, bos_id:
         nxt = model(src, out)[:, -1].argmax(-1)  # (B,)
         out = torch.cat((out, nxt[:, None]), dim=1)
     return out
-
-
-def _train_step(model: nn.Module, forward: Callable[..., Tensor], src: Tensor, tgt: Tensor,
-                vocab: int) -> Callable[[], float]:
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step() -> float:
-        logits = forward(src, tgt[:, :-1])  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return float(loss.detach())
-    return step
 
 
 def _decoder(model: nn.Module, name: str, *, compiled: bool, backend: str, src: Tensor,
@@ -114,7 +100,7 @@ def compile_bench(spec: dict[str, Any]) -> dict[str, Any]:
             label = f"{name} {'compiled' if compiled else 'eager'}"
             m = copy.deepcopy(model).train()
             forward = torch.compile(m, backend=backend) if compiled else m
-            train[label] = _train_step(m, forward, src, tgt, vocab)
+            train[label] = seq2seq_train_step(forward, torch.optim.AdamW(m.parameters(), lr=1e-4), src, tgt, vocab)
             first_s["train"][label] = _first_call(train[label])
             decode[label] = _decoder(model, name, compiled=compiled, backend=backend, src=src, new_tokens=new_tokens)
             first_s["decode"][label] = _first_call(decode[label])

@@ -20,7 +20,7 @@ So every value check in posenc goes through ``check_values``:
 Tables sized from the largest position (RoPE's cos/sin rows, the sinusoidal
 table) are a cache for eager mode; their size is a value read, so under
 compile the rows are computed directly from the positions instead (the same
-float64 formula; see ``cached_table_rows``). docs/compile.md lists every
+float64 formula). docs/compile.md lists every
 check and what it becomes under compile.
 """
 
@@ -53,17 +53,3 @@ def check_values(ok: Tensor, message: Callable[[], str], *, compiled_message: st
         torch._assert_async(ok.all(), compiled_message)
     elif not bool(ok.all()):
         raise ValueError(message())
-
-
-def cached_table_rows(positions: Tensor, *, width: int, limit: int) -> int | None:
-    """Rows of a cached position table that covers ``positions``: a power of two ≥ 256, or None.
-
-    None means "compute the rows for these positions directly": when the
-    table would exceed ``limit`` elements (``rows × width``), when there are no
-    positions, or while compiling (sizing reads the largest position: a
-    host sync; the compiler fuses the direct formula instead).
-    """
-    if compiling() or not positions.numel():
-        return None
-    rows = max(256, 1 << int(positions.max()).bit_length())
-    return None if rows * width > limit else rows

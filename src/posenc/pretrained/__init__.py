@@ -82,12 +82,15 @@ def _load_gguf(path: Path, *, dtype: torch.dtype, device: str | torch.device, pa
     from posenc.pretrained.gguf import read_gguf
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
 
-    ckpt = read_gguf(path)
+    # interleaved: run llama.cpp's q/k rows as stored (no permutation at all); half: rows un-permuted as read
+    ckpt = read_gguf(path, keep_interleaved=pairing == "interleaved", dtype=dtype)
     config = llama_config_from_hf(ckpt.hf_config, pairing=pairing)
     model = build_llama(config, device="meta")
-    load_llama_weights(model, list(ckpt.tensors), ckpt.tensors.__getitem__, source=str(path), dtype=dtype,
-                       device=device)
-    tokenizer = Tokenizer(ckpt.tokenizer, bos_id=ckpt.bos_id, eos_id=ckpt.eos_id, chat_template=ckpt.chat_template)
+    # the model takes over the tensors read_gguf cast to `dtype`: one copy of the weights in memory
+    load_llama_weights(model, ckpt.tensors.items(), source=str(path), dtype=dtype, device=device,
+                       source_pairing=ckpt.pairing)
+    tokenizer = Tokenizer(ckpt.tokenizer, bos_id=ckpt.bos_id, eos_id=ckpt.eos_id, chat_template=ckpt.chat_template,
+                          add_bos=ckpt.add_bos_token)
     return Pretrained(model=model.eval(), config=config, tokenizer=tokenizer, source=str(path),
                       hf_config=ckpt.hf_config)
 

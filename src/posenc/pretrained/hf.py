@@ -25,7 +25,7 @@ logits, are unchanged (``tests/pretrained`` checks both pairings against HF).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -177,55 +177,53 @@ def posenc_name(hf_name: str) -> str | None:
     return None
 
 
-def _to_pairing(name: str, t: Tensor, cfg: LlamaConfig) -> Tensor:
-    """q/k projection rows (weight or bias) from HF's half pairing to the model's pairing."""
+def _to_pairing(name: str, t: Tensor, cfg: LlamaConfig, source_pairing: str) -> Tensor:
+    """q/k projection rows (weight or bias) from the checkpoint's pairing to the model's."""
     pairing = cfg.position_options.get("pairing", "half")
-    if pairing == "half" or not name.endswith(("attn.q_proj.weight", "attn.q_proj.bias",
-                                               "attn.k_proj.weight", "attn.k_proj.bias")):
+    if pairing == source_pairing or not name.endswith(("attn.q_proj.weight", "attn.q_proj.bias",
+                                                       "attn.k_proj.weight", "attn.k_proj.bias")):
         return t
     heads = cfg.num_heads if ".q_proj." in name else cfg.kv_heads
     rows = t if t.dim() == 2 else t[:, None]  # a bias is one column of rows
-    out = convert_qk_weight(rows, num_heads=heads, head_dim=cfg.attention_head_dim, source="half",
-                            target="interleaved", rotary_dim=cfg.position_options.get("rotary_dim"))
+    out = convert_qk_weight(rows, num_heads=heads, head_dim=cfg.attention_head_dim, source=source_pairing,
+                            target=pairing, rotary_dim=cfg.position_options.get("rotary_dim"))
     return out if t.dim() == 2 else out[:, 0]
 
 
-def load_llama_weights(model: LlamaLM, names: Iterable[str], read: Callable[[str], Tensor], *, source: str,
-                       dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> LlamaLM:
+def load_llama_weights(model: LlamaLM, tensors: Iterable[tuple[str, Tensor]], *, source: str,
+                       dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                       source_pairing: str = "half") -> LlamaLM:
     """Fill a model built with ``build_llama(config, device="meta")`` from HF-named tensors, one at a time.
 
     Args:
-        names: the checkpoint's tensor names (HF layout, q/k rows in half pairing).
-        read: name → tensor (read only when called: one tensor in memory at a time).
+        tensors: (HF name, tensor) pairs, best produced lazily (a generator reading one
+            tensor per step), so that only one checkpoint tensor is in memory at a time.
         source: the file or folder, for error messages.
+        source_pairing: the RoPE pairing of the q/k rows as given — "half" for HF
+            checkpoints, "interleaved" for GGUF rows kept in llama.cpp's order.
 
     Raises:
         CheckpointError: an unknown, missing or wrongly shaped tensor — naming it, ``source`` and the fix.
     """
     cfg = model.config
     expected = {n: p for n, p in model.named_parameters(remove_duplicate=True)}
-    unknown = [n for n in names if posenc_name(n) is None and not n.endswith(_IGNORED_SUFFIXES)]
-    if unknown:
-        raise CheckpointError(f"{source}: tensor(s) {unknown[:5]} are not part of a {cfg.position}-Llama model "
-                              "of this config; is config.json from the same model as the weights?")
     filled: set[str] = set()
-    for hf_name in names:
+    for hf_name, tensor in tensors:
         name = posenc_name(hf_name)
-        if name is None or (name == "head.weight" and cfg.tie_embeddings):
+        if hf_name.endswith(_IGNORED_SUFFIXES) or (name == "head.weight" and cfg.tie_embeddings):
             continue  # recomputed buffers; a tied head saved anyway is the token table again
-        if name not in expected:
-            raise CheckpointError(f"{source}: tensor {hf_name!r} has no place in this model (config.json says "
-                                  f"{cfg.num_layers} layers, qkv_bias={cfg.qkv_bias}, tie_embeddings="
-                                  f"{cfg.tie_embeddings}); is config.json from the same model as the weights?")
+        if name is None or name not in expected:
+            raise CheckpointError(f"{source}: tensor {hf_name!r} has no place in this model (config says "
+                                  f"{cfg.num_layers} layers, qkv_bias={cfg.qkv_bias}, ffn_bias={cfg.ffn_bias}, "
+                                  f"tie_embeddings={cfg.tie_embeddings}); are the config and the weights from the "
+                                  "same model?")
         want = tuple(expected[name].shape)
-        tensor = read(hf_name)
         if tuple(tensor.shape) != want:
             raise CheckpointError(f"{source}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, the config implies "
                                   f"{want}; config.json and the weights disagree — use the files of one model")
-        tensor = _to_pairing(name, tensor.to(dtype), cfg).to(device)
+        tensor = _to_pairing(name, tensor.to(dtype), cfg, source_pairing).to(device)
         module_name, _, attr = name.rpartition(".")
-        module = model.get_submodule(module_name)
-        setattr(module, attr, nn.Parameter(tensor, requires_grad=False))
+        setattr(model.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
         filled.add(name)
         del tensor
     missing = sorted(set(expected) - filled)
@@ -259,5 +257,6 @@ def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     config = llama_config_from_hf(hf, pairing=pairing)
     ckpt = load_checkpoint(folder)
     model = build_llama(config, device="meta")
-    load_llama_weights(model, ckpt.names(), ckpt.tensor, source=str(folder), dtype=dtype, device=device)
+    tensors = ((name, ckpt.tensor(name)) for name in ckpt.names())  # read one at a time, as loaded
+    load_llama_weights(model, tensors, source=str(folder), dtype=dtype, device=device)
     return model.eval(), hf

@@ -24,11 +24,14 @@ class Tokenizer:
         bos_id, eos_id: the model's begin/end-of-sequence ids, if it has them.
         chat_template: the Jinja chat template of ``tokenizer_config.json`` / GGUF metadata.
         eos_ids: every id that ends a generation (some models list several); default ``[eos_id]``.
+        add_bos: prepend BOS in ``encode`` when the tokenizer's own post-processor
+            does not (GGUF's ``tokenizer.ggml.add_bos_token``).
     """
 
     def __init__(self, tokenizer: HFTokenizer, *, bos_id: int | None = None, eos_id: int | None = None,
-                 chat_template: str | None = None, eos_ids: list[int] | None = None) -> None:
+                 chat_template: str | None = None, eos_ids: list[int] | None = None, add_bos: bool = False) -> None:
         self.tokenizer = tokenizer
+        self.add_bos = add_bos and bos_id is not None
         self.bos_id, self.eos_id = bos_id, eos_id
         self.chat_template = chat_template
         self.eos_ids = eos_ids if eos_ids is not None else ([] if eos_id is None else [eos_id])
@@ -38,7 +41,10 @@ class Tokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        if add_special_tokens and self.add_bos and (not ids or ids[0] != self.bos_id):
+            ids = [self.bos_id, *ids]
+        return ids
 
     def decode(self, ids: list[int], *, skip_special_tokens: bool = True) -> str:
         return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)

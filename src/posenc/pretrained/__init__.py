@@ -1,0 +1,1 @@
+"""Loading real pretrained checkpoints (HF folders and GGUF files)."""

@@ -9,46 +9,35 @@ tokenizer's chat template. The continuation streams to stdout; the speed
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
-#: --dtype names → torch dtypes (the names torch itself uses).
-DTYPE_NAMES = ("float32", "bfloat16", "float16")
-
+from posenc.cli_options import (add_device, add_dtype, add_json, add_quiet, add_threads, apply_threads, device_of,
+                                dtype_of, json_to_stdout, write_json)
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """MODEL and the flags every command that runs a pretrained model shares."""
     p.add_argument("model", metavar="MODEL",
                    help="an HF model folder (config.json + *.safetensors + tokenizer.json) or a .gguf file")
-    p.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
-                   help="weights and activations (default float32; RoPE angles are float64 regardless)")
-    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for torch (default: torch's choice)")
+    add_device(p)
+    add_dtype(p)
+    add_threads(p)
     p.add_argument("--pairing", default="interleaved", choices=("interleaved", "half"),
                    help="RoPE pairing to run (default interleaved, the fast kernel; q/k rows are converted at load; "
                         "same results either way)")
-    p.add_argument("--quiet", action="store_true", help="no progress or timing output, only the result")
-    p.add_argument("--json", metavar="FILE", help="write machine-readable results to FILE ('-' = stdout)")
+    add_quiet(p)
+    add_json(p)
 
 
 def load_model(args: argparse.Namespace) -> Any:
     """Set threads, check the device, load ``args.model``; usage errors raise ValueError (exit 2)."""
-    import torch
-
     from posenc.pretrained import load_pretrained
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
-    if args.device not in ("cpu", "cuda") and not args.device.startswith("cuda:"):
-        raise ValueError(f"--device must be cpu or cuda, got {args.device!r}")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError("--device cuda: no CUDA device is available here; use --device cpu")
+    apply_threads(args)
+    device = device_of(args)
     start = time.perf_counter()
-    pm = load_pretrained(args.model, dtype=args.dtype, device=args.device, pairing=args.pairing)
+    pm = load_pretrained(args.model, dtype=dtype_of(args), device=device, pairing=args.pairing)
     if pm.tokenizer is None:
         raise ValueError(f"{args.model}: no tokenizer.json next to the weights; this command needs the model's "
                          "tokenizer (download tokenizer.json from the model's repository)")
@@ -56,19 +45,6 @@ def load_model(args: argparse.Namespace) -> Any:
         print(f"loaded {args.model} ({pm.config.num_layers} layers, d={pm.config.dim}, {pm.config.position}, "
               f"{args.dtype}, {args.device}) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
     return pm
-
-
-def write_json(result: dict[str, Any], target: str) -> None:
-    text = json.dumps(result, indent=1)
-    if target == "-":
-        print(text)
-        return
-    from pathlib import Path
-
-    path = Path(target)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    tmp.replace(path)  # atomic: never a half-written results file
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     new: list[int] = []
     shown = ""
     stamps: list[float] = []
-    stream = not args.quiet and args.json != "-"
+    stream = not args.quiet and not json_to_stdout(args)
 
     def on_token(token: torch.Tensor) -> None:
         nonlocal shown
@@ -116,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     completion = tok.decode(new)
     if stream:
         sys.stdout.write(completion[len(shown):] + "\n")
-    elif args.json != "-":
+    elif not json_to_stdout(args):
         print(completion)
     prefill_s = (stamps[0] - start) if stamps else 0.0
     decode_s = (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
@@ -133,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(ids)} prompt tokens in {prefill_s:.2f} s, {len(new)} new tokens at {decode} tokens/s "
               f"({'greedy' if args.temperature == 0 else f'sampled, temperature {args.temperature}'}, "
               f"{torch.get_num_threads()} threads)", file=sys.stderr)
-    if args.json:
-        write_json(result, args.json)
+    write_json(args, result)
     return 0
 
 

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from posenc.commands.generate import add_model_flags, load_model, write_json
+from posenc.cli_options import json_to_stdout, write_json
+from posenc.commands.generate import add_model_flags, load_model
 
 
 def window_plan(num_tokens: int, window: int, stride: int) -> list[tuple[int, int, int]]:
@@ -84,12 +85,11 @@ def run(args: argparse.Namespace) -> int:
         "stride": stride, "windows": len(plan), "seconds": seconds, "tokens_per_s": sum(e - s for s, e, _ in plan) / seconds,
         "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(), "position": pm.config.position,
     }
-    if args.json != "-":
+    if not json_to_stdout(args):
         print(f"perplexity {result['perplexity']:.3f} over {count:,} tokens "
               f"(loss {result['nll_per_token']:.4f} nats/token; window {window}, stride {stride}, "
               f"{len(plan)} windows, {seconds:.1f} s)")
-    if args.json:
-        write_json(result, args.json)
+    write_json(args, result)
     return 0
 
 

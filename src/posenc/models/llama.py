@@ -320,8 +320,9 @@ def build_llama(config: LlamaConfig, *, device: str | torch.device | None = None
             default device: its own buffers, if any, are not in a checkpoint.
     """
     cfg = config
+    # the scheme is told the model's heads, head width, trained context and that the stack is causal
     position = build(cfg.position, dim=cfg.num_heads * cfg.attention_head_dim, num_heads=cfg.num_heads,
-                     **dict(cfg.position_options))
+                     max_length=cfg.max_position_embeddings, causal=True, **dict(cfg.position_options))
     with torch.device(device) if device is not None else contextlib.nullcontext():
         return _assemble(cfg, position)
 

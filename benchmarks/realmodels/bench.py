@@ -84,6 +84,59 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+# -- what is timed ---------------------------------------------------------------------------------------------
+def load(framework: str, folder: Path) -> Any:
+    import torch
+
+    if framework == "posenc":
+        from posenc.pretrained import load_pretrained
+
+        return load_pretrained(folder).model
+    from transformers import LlamaForCausalLM
+
+    return LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()
+
+
+class Runner:
+    """Prefill and decode timings of one loaded model; the same prompts (seed 0) for every framework."""
+
+    def __init__(self, framework: str, model: Any) -> None:
+        import torch
+
+        self.framework, self.model = framework, model
+        gen = torch.Generator().manual_seed(0)
+        self.prompts = {t: torch.randint(0, model.config.vocab_size, (1, t), generator=gen) for t in (128, 2048)}
+
+    def new_cache(self) -> Any:
+        if self.framework == "posenc":
+            return self.model.new_cache()
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def step(self, ids: Any, cache: Any) -> Any:
+        """Next-token logits (1, V) for ``ids`` appended to ``cache``: only the last position reaches the head."""
+        if self.framework == "posenc":
+            return self.model.head(self.model.hidden(ids, cache=cache)[:, -1])
+        return self.model(ids, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+
+    def prefill(self, t: int) -> float:
+        cache = self.new_cache()
+        begin = time.perf_counter()
+        self.step(self.prompts[t], cache)
+        return time.perf_counter() - begin
+
+    def decode(self, n: int = 64) -> tuple[float, list[int]]:
+        cache = self.new_cache()
+        nxt = self.step(self.prompts[128], cache).argmax(-1, keepdim=True)  # (1, 1)
+        tokens = []
+        begin = time.perf_counter()
+        for _ in range(n):
+            nxt = self.step(nxt, cache).argmax(-1, keepdim=True)
+            tokens.append(int(nxt))
+        return time.perf_counter() - begin, tokens
+
+
 # -- one worker: one framework, fresh process -------------------------------------------------------------------
 def worker(framework: str, folder: Path, threads: int, repeats: dict[str, int]) -> dict[str, Any]:
     import torch
@@ -93,61 +146,43 @@ def worker(framework: str, folder: Path, threads: int, repeats: dict[str, int]) 
 
     base = rss_mib()
     start = time.perf_counter()
-    if framework == "posenc":
-        from posenc.pretrained import load_pretrained
-
-        model = load_pretrained(folder).model
-    else:
-        from transformers import LlamaForCausalLM
-
-        model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()
-    load_s = time.perf_counter() - start
-    load_peak = peak_mib() - base
-    vocab = model.config.vocab_size
-    gen = torch.Generator().manual_seed(0)
-    prompts = {t: torch.randint(0, vocab, (1, t), generator=gen) for t in (128, 2048)}
-
-    if framework == "posenc":
-        def step(ids: torch.Tensor, cache: Any) -> torch.Tensor:
-            return model.head(model.hidden(ids, cache=cache)[:, -1])  # (1, V)
-
-        def new_cache() -> Any:
-            return model.new_cache()
-    else:
-        from transformers import DynamicCache
-
-        def step(ids: torch.Tensor, cache: Any) -> torch.Tensor:
-            return model(ids, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-
-        def new_cache() -> Any:
-            return DynamicCache(config=model.config)
-
-    def prefill(t: int) -> float:
-        cache = new_cache()
-        begin = time.perf_counter()
-        step(prompts[t], cache)
-        return time.perf_counter() - begin
-
-    def decode(n: int = 64) -> tuple[float, list[int]]:
-        cache = new_cache()
-        nxt = step(prompts[128], cache).argmax(-1, keepdim=True)  # (1, 1)
-        tokens = []
-        begin = time.perf_counter()
-        for _ in range(n):
-            nxt = step(nxt, cache).argmax(-1, keepdim=True)
-            tokens.append(int(nxt))
-        return time.perf_counter() - begin, tokens
-
-    out: dict[str, Any] = {"framework": framework, "threads": threads, "load_s": load_s, "load_peak_mib": load_peak,
-                           "baseline_rss_mib": base}
+    run = Runner(framework, load(framework, folder))
+    out: dict[str, Any] = {"framework": framework, "threads": threads, "load_s": time.perf_counter() - start,
+                           "load_peak_mib": peak_mib() - base, "baseline_rss_mib": base}
     with torch.inference_mode():
-        prefill(128)  # warm-up: kernels, allocator, RoPE tables
-        out["prefill_128_s"] = [prefill(128) for _ in range(repeats["prefill_128"])]
-        out["prefill_2048_s"] = [prefill(2048) for _ in range(repeats["prefill_2048"])]
-        runs = [decode() for _ in range(repeats["decode"])]
+        run.prefill(128)  # warm-up: kernels, allocator, RoPE tables
+        out["prefill_128_s"] = [run.prefill(128) for _ in range(repeats["prefill_128"])]
+        out["prefill_2048_s"] = [run.prefill(2048) for _ in range(repeats["prefill_2048"])]
+        runs = [run.decode() for _ in range(repeats["decode"])]
     out["decode_64_s"] = [r[0] for r in runs]
     out["decode_tokens"] = runs[0][1]
     out["peak_mib"] = peak_mib() - base
+    return out
+
+
+# -- paired: both models in one process, alternating every repeat ----------------------------------------------
+def paired(folder: Path, threads: int, repeats: dict[str, int]) -> dict[str, Any]:
+    """HF time / posenc time for back-to-back runs of the same task: load drift cancels within each pair."""
+    import torch
+
+    torch.set_num_threads(threads)
+    runs = {fw: Runner(fw, load(fw, folder)) for fw in ("posenc", "hf")}
+    tasks = {"prefill_128": lambda r: r.prefill(128), "prefill_2048": lambda r: r.prefill(2048),
+             "decode_64": lambda r: r.decode()[0]}
+    out: dict[str, Any] = {}
+    with torch.inference_mode():
+        for r in runs.values():
+            r.prefill(128)  # warm-up
+        for name, task in tasks.items():
+            ratios, times = [], {"posenc": [], "hf": []}
+            for i in range(2 * repeats["decode" if name == "decode_64" else name]):
+                order = ("posenc", "hf") if i % 2 == 0 else ("hf", "posenc")
+                pair = {fw: task(runs[fw]) for fw in order}
+                ratios.append(pair["hf"] / pair["posenc"])
+                for fw in pair:
+                    times[fw].append(pair[fw])
+            out[name] = {"hf_over_posenc_time": ratios, "median_ratio": statistics.median(ratios), "seconds": times}
+            print(f"paired {name}: HF/posenc time ratios {[round(x, 2) for x in ratios]}", flush=True)
     return out
 
 
@@ -232,8 +267,9 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def write_report(out: Path, summary: dict[str, Any], meta: dict[str, Any], acc: dict[str, Any] | None) -> None:
-    data = {"summary": summary, "machine": meta, "accuracy": acc}
+def write_report(out: Path, summary: dict[str, Any], meta: dict[str, Any], acc: dict[str, Any] | None,
+                 pairs: dict[str, Any] | None = None) -> None:
+    data = {"summary": summary, "machine": meta, "accuracy": acc, "paired": pairs}
     (out / "results.json").write_text(json.dumps(data, indent=1) + "\n")
     lines = ["# posenc vs HF LlamaForCausalLM — SmolLM2-135M-Instruct, float32, CPU", "",
              f"Command: `{meta['command']}`", "",
@@ -256,6 +292,14 @@ def write_report(out: Path, summary: dict[str, Any], meta: dict[str, Any], acc: 
         lines += ["", "Per round (HF time / posenc time, back-to-back workers): " + "; ".join(
             f"{k}: " + ", ".join(f"{v:.2f}" for v in vals) for k, vals in summary["posenc_over_hf_per_round"].items()),
             f"Same 64 greedy tokens from both: {summary.get('same_greedy_tokens')}."]
+    if pairs:
+        lines += ["", "## Paired, one process (both models loaded, alternating every repeat)", "",
+                  "| task | HF time / posenc time, per pair | median |", "|---|---|---:|"]
+        for name in ("prefill_128", "prefill_2048", "decode_64"):
+            if name in pairs:
+                row = pairs[name]
+                lines.append(f"| {name} | {', '.join(f'{x:.2f}' for x in row['hf_over_posenc_time'])} | "
+                             f"{row['median_ratio']:.2f} |")
     if acc:
         lines += ["", "## Accuracy on a 128-token real text (README.md)", "",
                   "| comparison | max abs logit diff | mean abs | logit scale | top-1 agreement |",
@@ -276,6 +320,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", default="prefill_128=5,prefill_2048=2,decode=2")
     parser.add_argument("--accuracy", action="store_true")
+    parser.add_argument("--paired", action="store_true",
+                        help="also time both models in one process, alternating every repeat (twice --repeats)")
     parser.add_argument("--worker", choices=("posenc", "hf"), help=argparse.SUPPRESS)
     parser.add_argument("--folder", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -305,6 +351,11 @@ def main() -> None:
                   f"prefill2048 {statistics.median(result['prefill_2048_s']):.2f} s, "
                   f"decode64 {statistics.median(result['decode_64_s']):.2f} s, peak {result['peak_mib']:.0f} MiB "
                   f"(load {result['load_average']})", flush=True)
+    paired_path = args.out / "paired.json"
+    pairs = json.loads(paired_path.read_text()) if paired_path.is_file() else None
+    if args.paired and pairs is None:
+        pairs = {**paired(folder, args.threads, repeats), "load_average_after": load_average()}
+        paired_path.write_text(json.dumps(pairs, indent=1) + "\n")
     acc_path = args.out / "accuracy.json"
     acc = json.loads(acc_path.read_text()) if acc_path.is_file() else None
     if args.accuracy and acc is None:
@@ -314,7 +365,7 @@ def main() -> None:
             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
             "transformers": transformers.__version__, "threads": args.threads, "load_before": load_before,
             "load_after": load_average(), "wall_s": time.perf_counter() - started}
-    write_report(args.out, summarise(runs), meta, acc)
+    write_report(args.out, summarise(runs), meta, acc, pairs)
     print((args.out / "results.md").read_text())
 
 

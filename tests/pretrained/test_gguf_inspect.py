@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from gguf_helpers import tiny_llama, tokenizer_fields, train_tokenizer, write_gguf
 from posenc.cli import main

@@ -38,7 +38,7 @@ def test_gguf_goes_through_the_same_analysis(tmp_path: Path, tok, tie: bool, see
 
 def test_cli_report_and_list(tmp_path: Path, tok, capsys) -> None:
     path = write_gguf(tmp_path / "m.gguf", tiny_llama(tok.get_vocab_size()), tokenizer_fields(tok), qtype="Q8_0")
-    assert main(["inspect", str(path), "--json", "--sample", "20", "--max-positions", "32"]) == 0
+    assert main(["inspect", str(path), "--json", "-", "--sample", "20", "--max-positions", "32"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["position"]["kind"] == "rotary" and data["config"]["model_type"] == "llama"
     assert main(["inspect", str(path), "--list-tensors"]) == 0

@@ -49,8 +49,11 @@ REL_TOL = 1e-9
 #: Tables with at most this many rows get an exact L × L Gram in ``table_distance_profile``.
 EXACT_GRAM_ROWS = 4096
 
-#: Above this many multiply-adds (L·d²) ``shift_residual`` uses d × d normal equations instead of QR.
+#: Above this many multiply-adds (L·d²) ``shift_residual`` uses the shared-Gram method instead of QR.
 QR_FLOP_LIMIT = 2**31
+
+#: float64 unit roundoff ×2 (machine epsilon, 2.2e-16): the unit of every error bound below.
+EPS = torch.finfo(torch.float64).eps
 
 
 def _as_float64(x: Tensor, *, name: str, dims: tuple[int, ...]) -> Tensor:
@@ -73,6 +76,36 @@ def _scale(x: Tensor) -> float:
     """A magnitude to make tolerances relative: max |x|, or 1 for an all-zero tensor."""
     m = float(x.abs().max()) if x.numel() else 0.0
     return m if m > 0 else 1.0
+
+
+# -- rounding: how far a computed number can be from the exact one -------------------------------------
+#
+# Every test of "equal up to rounding" in the lab compares against one of these bounds, so that a claim's
+# tolerance follows the error of the method that produced the number, at every size (Higham, "Accuracy and
+# Stability of Numerical Algorithms", 2nd ed.: §3.1 for dot products, §24.1 for the FFT).
+
+
+def dot_error_bound(table: Tensor) -> float:
+    """Bound on the rounding error of one float64 dot product of two rows of ``table`` (L, d).
+
+    |fl(x·y) − x·y| ≤ γ_d·Σ|x_c·y_c| ≤ d·ε·max‖row‖² (γ_d ≈ d·ε, Cauchy–Schwarz).
+    """
+    t = _as_float64(table, name="table", dims=(2,))
+    if t.numel() == 0:
+        return 0.0
+    return t.shape[1] * EPS * float((t * t).sum(-1).max())
+
+
+def autocorrelation_error_bound(table: Tensor) -> float:
+    """Bound on the absolute error of every lag of ``_autocorrelation(table)`` (FFT path).
+
+    The FFT's norm-wise error is ≤ c·log₂(n)·ε·‖x‖ (Higham §24.1); forward transform, squaring and inverse
+    transform of all columns give, by Parseval, |error| ≤ 4·log₂(n)·ε·‖T‖²_F at every lag — independent of
+    the lag, so the *mean* along diagonal δ (÷ (L − δ)) is least accurate at the largest lags.
+    """
+    t = _as_float64(table, name="table", dims=(2,))
+    nfft = 1 << (2 * t.shape[0] - 1).bit_length()
+    return 4 * math.log2(nfft) * EPS * float((t * t).sum())
 
 
 # -- norms -------------------------------------------------------------------------------------------------
@@ -196,7 +229,10 @@ def table_distance_profile(
     Returns:
         ``lags``, ``mean``, ``spread`` (lists over δ ≥ 0), ``first_row``
         (T[0]·T[δ]), ``max_spread``, ``relative_spread``,
-        ``translation_invariant``, ``method``, ``rows_sampled``.
+        ``translation_invariant``, ``method``, ``rows_sampled``, and the
+        rounding bounds of the method used: ``dot_error_bound`` (each entry of
+        ``first_row`` and each sampled dot) and ``mean_error_bound`` (per lag:
+        the FFT's bound ÷ (L − δ), or a dot's bound plus the mean's summation).
     """
     t = _as_float64(table, name="table", dims=(2,))
     length = t.shape[0]
@@ -209,6 +245,9 @@ def table_distance_profile(
         mean, spread = full["mean"][zero:], full["spread"][zero:]
         first_row = gram[0].tolist()
         method, sampled = "exact", length
+        # a mean of n dot products: each dot's error, plus the summation's (≤ n·ε·max|S|, pairwise is less)
+        dot_bound, top = dot_error_bound(t), _scale(gram)
+        mean_error = [dot_bound + (length - lag) * EPS * top for lag in range(length)]
     else:
         mean_t = _autocorrelation(t) / torch.arange(length, 0, -1, dtype=torch.float64)
         gen = torch.Generator().manual_seed(seed)
@@ -225,9 +264,11 @@ def table_distance_profile(
         mean, spread = mean_t.tolist(), spread_t.tolist()
         first_row = dots[0].tolist()
         method, sampled = "fft+sampled", int(rows.numel())
-        full = None
+        bound = autocorrelation_error_bound(t)
+        mean_error = (bound / torch.arange(length, 0, -1, dtype=torch.float64)).tolist()
     max_spread = max(spread)
     scale = max(max(abs(v) for v in first_row), max(abs(v) for v in mean), 1e-300)
+    dot_error = dot_error_bound(t)
     return {
         "lags": list(range(length)),
         "mean": mean,
@@ -235,9 +276,12 @@ def table_distance_profile(
         "first_row": first_row,
         "max_spread": max_spread,
         "relative_spread": max_spread / scale,
-        "translation_invariant": max_spread <= REL_TOL * scale,
+        "translation_invariant": max_spread <= max(REL_TOL * scale, 2 * dot_error),
         "method": method,
         "rows_sampled": sampled,
+        # what rounding alone can do to each number above (see dot_error_bound / autocorrelation_error_bound)
+        "dot_error_bound": dot_error,
+        "mean_error_bound": mean_error,
     }
 
 
@@ -288,79 +332,115 @@ def symmetry(sim: Tensor) -> dict[str, Any]:
 # -- shift is a linear map -----------------------------------------------------------------------------
 
 
-def shift_map(table: Tensor, offset: int, *, method: str = "auto") -> tuple[Tensor, Tensor]:
-    """Least-squares M with T[p + k] ≈ M · T[p] for every p in [0, L − k).
+def shift_map(table: Tensor, offset: int, *, method: str = "qr") -> tuple[Tensor, Tensor]:
+    """Least-squares M with T[p + k] ≈ M · T[p] for every p in [0, L − k), with its residual.
 
-    Fits the L − k equations (rows) for the d × d unknowns without any L × L
-    matrix: ``qr`` solves with ``torch.linalg.lstsq`` on the (L − k, d) table
-    (backward stable: residuals at rounding level, ≈ 5e-14 for the sinusoid
-    table even though its condition number is ≈ 1e17); ``normal`` forms the
-    d × d normal equations XᵀX·Mᵀ = XᵀY, solves them by Cholesky (pseudo-inverse
-    when singular) and refines once on the residual — three L·d² matrix
-    products, several times faster than QR, but its rounding grows with the
-    condition number (≈ 2e-7 instead of 5e-14 on the 512 × 64 sinusoid; a
-    random or learned table is well conditioned and loses nothing). ``auto``
-    picks ``qr`` when L·d² ≤ QR_FLOP_LIMIT (2³¹, e.g. 2048 × 1024).
+    Fits the L − k equations (rows) for the d × d unknowns with
+    ``torch.linalg.lstsq`` (``gelsd``: SVD based, backward stable, rank-revealing:
+    residuals at rounding level, ≈ 5e-14 for the sinusoid table even though its
+    condition number is ≈ 1e17). ``shift_residual`` has a faster method for
+    many offsets at scale; this one returns the map itself.
 
     Returns:
         (M (d, d) in the column-vector convention, residual (L − k, d) = Y − X·Mᵀ), float64.
     """
     t = _as_float64(table, name="table", dims=(2,))
-    length, _ = t.shape
-    if not isinstance(offset, int) or offset < 1 or offset >= length:
-        raise ValueError(f"offset must be an int in [1, {length - 1}] for a table of {length} rows, got {offset!r}")
-    if method == "auto":
-        method = "qr" if length * t.shape[1] ** 2 <= QR_FLOP_LIMIT else "normal"
+    length = _check_offset(t, offset)
+    if method != "qr":
+        raise ValueError(f"shift_map fits with method 'qr' only, got {method!r}; shift_residual has 'gram'")
     x, y = t[: length - offset], t[offset:]  # (L−k, d): T[p] and T[p+k]
-    if method == "qr":
-        mt = torch.linalg.lstsq(x, y, driver="gelsd").solution  # (d, d): Y ≈ X·Mᵀ
-    elif method == "normal":
-        gram = x.T @ x  # (d, d)
-        chol, info = torch.linalg.cholesky_ex(gram)
-        if int(info) == 0:
-            def solve(rhs: Tensor) -> Tensor:
-                return torch.cholesky_solve(rhs, chol)
-        else:  # numerically rank-deficient table: minimum-norm solution
-            pinv = torch.linalg.pinv(gram, hermitian=True)
+    mt = torch.linalg.lstsq(x, y, driver="gelsd").solution  # (d, d): Y ≈ X·Mᵀ
+    return mt.T.contiguous(), y - x @ mt
 
-            def solve(rhs: Tensor) -> Tensor:
-                return pinv @ rhs
-        mt = solve(x.T @ y)  # (d, d)
-        mt = mt + solve(x.T @ (y - x @ mt))  # one step of iterative refinement
-    else:
-        raise ValueError(f"method must be 'auto', 'qr' or 'normal', got {method!r}")
-    residual = y - x @ mt
-    return mt.T.contiguous(), residual
+
+def _check_offset(t: Tensor, offset: Any) -> int:
+    length = t.shape[0]
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1 or offset >= length:
+        raise ValueError(f"offset must be an int in [1, {length - 1}] for a table of {length} rows, got {offset!r}")
+    return length
+
+
+def _qr_fits(t: Tensor, offsets: Sequence[int]) -> list[tuple[float, float, float]]:
+    """(max |residual|, ‖residual‖_F, its rounding bound) per offset, by ``shift_map``."""
+    out = []
+    for k in offsets:
+        mt, res = shift_map(t, k)
+        y = t[k:]
+        # a backward-stable solve leaves a residual of the size of rounding in forming X·Mᵀ and Y:
+        # per entry ≤ d·ε·(max|Y| + max‖X row‖·‖M‖₂), with a factor 10 for the solver's own constant
+        norm_m = float(torch.linalg.matrix_norm(mt, ord=2)) if mt.numel() else 0.0
+        row = float(t[: t.shape[0] - k].norm(dim=-1).max())
+        bound = 10 * t.shape[1] * EPS * (float(y.abs().max()) + row * norm_m)
+        out.append((float(res.abs().max()), float(res.norm()), bound))
+    return out
+
+
+def _gram_fits(t: Tensor, offsets: Sequence[int]) -> list[tuple[float, float, float]]:
+    """(‖residual‖_F as a bound on max |residual|, ‖residual‖_F, its rounding bound) per offset.
+
+    One shared d × d Gram G = TᵀT; per offset, XᵀX and YᵀY are G minus k outer products, XᵀY one lagged
+    product (the only L·d² work per offset), and the least-squares residual comes from d × d matrices alone:
+    ‖Y − X·B‖² = tr(YᵀY) − tr(Bᵀ·XᵀY) with B = (XᵀX)⁺·XᵀY. Eigenvalues of XᵀX below d·ε·λ_max are
+    dropped (the rank rule of ``gelsd``). The subtraction loses about d·ε·‖Y‖²_F, which sets the floor
+    reported as the rounding bound: above it the residual is measured, below it it is rounding.
+    """
+    length, width = t.shape
+    gram = t.T @ t  # (d, d), shared by every offset
+    out = []
+    for k in offsets:
+        head, tail = t[:k], t[length - k :]  # (k, d): rows Y lacks, rows X lacks
+        xtx = gram - tail.T @ tail  # (d, d)
+        yty_trace = float((gram - head.T @ head).diagonal().sum())
+        xty = t[: length - k].T @ t[k:]  # (d, d): the lagged product
+        evals, evecs = torch.linalg.eigh(xtx)
+        keep = evals > width * EPS * float(evals.max().clamp(min=0))
+        proj = evecs[:, keep].T @ xty  # (r, d): XᵀY in the eigenbasis
+        explained = float((proj**2 / evals[keep, None]).sum())
+        squared = max(yty_trace - explained, 0.0)
+        floor = math.sqrt(width * EPS * yty_trace * 4)
+        out.append((math.sqrt(squared), math.sqrt(squared), floor))
+    return out
 
 
 def shift_residual(table: Tensor, offsets: Sequence[int] = (1, 2, 5, 17, 50), *, method: str = "auto") -> dict[str, Any]:
     """For each offset k: how well one linear map carries T[p] to T[p + k] for all p.
 
+    Methods (reported under ``method``):
+
+    * ``qr``: ``shift_map`` per offset — the residual itself, max |entry|
+      exact to rounding; about ten L·d² products per offset.
+    * ``gram``: one shared d × d Gram and one lagged product per offset; the
+      residual's Frobenius norm from d × d matrices (``_gram_fits``), which is
+      also reported as ``max_residual`` (an upper bound on max |entry|);
+      below ``residual_error_bound`` it is rounding, not a measurement.
+    * ``auto``: ``qr`` when L·d² ≤ QR_FLOP_LIMIT (2³¹, e.g. 2048 × 1024), else ``gram``.
+
     Args:
         table: (L, d) position vectors.
         offsets: the k to fit; those ≥ L are skipped (listed in ``skipped``).
-        method: see ``shift_map``.
+        method: ``auto``, ``qr`` or ``gram``.
 
     Returns:
-        ``offsets``, ``max_residual`` (max |residual| per offset),
-        ``relative_residual`` (‖residual‖_F ÷ ‖T[k:]‖_F per offset),
-        ``equations_per_unknown`` ((L − k)/d per offset), ``method``, ``skipped``.
+        ``offsets``, ``max_residual`` (per offset), ``relative_residual``
+        (‖residual‖_F ÷ ‖T[k:]‖_F per offset), ``residual_error_bound`` (per
+        offset: what rounding alone can leave in ``max_residual`` with this
+        method), ``equations_per_unknown`` ((L − k)/d per offset), ``method``,
+        ``skipped``.
     """
     t = _as_float64(table, name="table", dims=(2,))
     length, width = t.shape
     used = [int(k) for k in offsets if 1 <= int(k) < length]
     if method == "auto":
-        method = "qr" if length * width**2 <= QR_FLOP_LIMIT else "normal"
-    max_res, rel_res = [], []
-    for k in used:
-        _, res = shift_map(t, k, method=method)
-        target = t[k:].norm()
-        max_res.append(float(res.abs().max()))
-        rel_res.append(float(res.norm() / target) if target > 0 else 0.0)
+        method = "qr" if length * width**2 <= QR_FLOP_LIMIT else "gram"
+    if method not in ("qr", "gram"):
+        raise ValueError(f"method must be 'auto', 'qr' or 'gram', got {method!r}")
+    fits = (_qr_fits if method == "qr" else _gram_fits)(t, used)
+    targets = [float(t[k:].norm()) for k in used]
     return {
         "offsets": used,
-        "max_residual": max_res,
-        "relative_residual": rel_res,
+        "max_residual": [f[0] for f in fits],
+        "relative_residual": [f[1] / y if y > 0 else 0.0 for f, y in zip(fits, targets)],
+        "residual_error_bound": [f[2] for f in fits],
         "equations_per_unknown": [(length - k) / width for k in used],
         "method": method,
         "skipped": [int(k) for k in offsets if int(k) not in used],

@@ -9,7 +9,10 @@
 from __future__ import annotations
 
 import inspect
-from typing import Any
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from posenc.positions.absolute import (
     LearnedPositions,
@@ -83,6 +86,45 @@ def model_context(cls: type[PositionScheme], *, dim: int, num_heads: int) -> dic
     return {k: v for k, v in context.items() if k in accepted}
 
 
+#: Constructor arguments a model supplies (``model_context``): never a scheme's own option.
+CONTEXT_ARGS = frozenset({"dim", "head_dim", "num_heads", "max_length", "causal"})
+
+
+def options(name: str) -> list[dict[str, Any]]:
+    """The scheme's own options (what ``build(name, ..., **options)`` accepts besides the model context).
+
+    Each option is a dict: ``name``, ``type`` (``"int"``, ``"float"``, ``"bool"``, ``"choice"`` or
+    ``"floats"`` — a list of floats), ``default``, ``optional`` (None is allowed: the scheme derives the
+    value) and, for ``"choice"``, ``choices``. Read from the constructor's type hints, here and nowhere
+    else, so a user interface can offer every option of every scheme without reading signatures.
+
+    >>> [o["name"] for o in options("rope")]
+    ['base', 'pairing', 'rotary_dim']
+    """
+    cls = lookup(name)
+    hints = typing.get_type_hints(cls.__init__)
+    out = []
+    for param in inspect.signature(cls.__init__).parameters.values():
+        if param.name == "self" or param.name in CONTEXT_ARGS or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        hint = hints.get(param.name, Any)
+        args = typing.get_args(hint)
+        optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+        if optional:
+            hint = next(a for a in args if a is not type(None))
+        spec: dict[str, Any] = {"name": param.name, "default": param.default, "optional": optional}
+        if typing.get_origin(hint) is Literal:
+            spec.update(type="choice", choices=list(typing.get_args(hint)))
+        elif hint is bool or hint is int or hint is float:
+            spec["type"] = hint.__name__
+        elif typing.get_origin(hint) in (Sequence, list, tuple):
+            spec["type"] = "floats"
+        else:
+            raise TypeError(f"option {param.name!r} of {name!r} has a type options() does not describe: {hint}")
+        out.append(spec)
+    return out
+
+
 def build(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionScheme:
     """Build the scheme ``name`` for a model of width ``dim`` with ``num_heads`` heads.
 
@@ -150,6 +192,7 @@ __all__ = [
     "lookup",
     "model_context",
     "names",
+    "options",
     "pairing_permutation",
     "register",
     "sinusoid_table",

@@ -117,12 +117,12 @@ function buildOptions() {
 function renderOptionsHints() {
   const box = $("options");
   if (!box.children.length) {
-    box.innerHTML = "";
     const p = document.createElement("p");
     p.className = "hint";
-    p.textContent = t("no_options");
+    p.dataset.i18n = "no_options";
     box.appendChild(p);
   }
+  box.querySelectorAll("[data-i18n]").forEach((el) => { el.textContent = t(el.dataset.i18n); });
   box.querySelectorAll("input[data-optional]").forEach((el) => { el.placeholder = t("optional_hint"); });
 }
 
@@ -175,7 +175,10 @@ async function refresh() {
   try {
     const v = await view;
     if (seq !== state.seq) return;
-    if (!v.ok) { showError(v.body.error); state.busy = false; renderStatus(); return; }
+    if (!v.ok) {
+      showError(v.body.error);
+      return;
+    }
     showError(null);
     state.view = v.body;
     state.timing.view = v.ms;
@@ -183,14 +186,23 @@ async function refresh() {
     drawView();
     const p = await props;
     if (seq !== state.seq) return;
-    if (!p.ok) { showError(p.body.error); state.props = null; drawProps(); }
-    else { state.props = p.body; state.timing.props = p.ms; drawProps(); }
+    if (!p.ok) {
+      showError(p.body.error);
+      state.props = null;
+    } else {
+      state.props = p.body;
+      state.timing.props = p.ms;
+    }
+    drawProps();
   } catch (err) {
     if (seq === state.seq) showError({ field: "server", en: String(err), ko: String(err) });
+  } finally {
+    if (seq === state.seq) {  // the answer to the latest settings is on the page (drawn or refused)
+      state.busy = false;
+      renderStatus();
+      document.body.dataset.renders = String(Number(document.body.dataset.renders) + 1);
+    }
   }
-  state.busy = false;
-  renderStatus();
-  document.body.dataset.renders = String(Number(document.body.dataset.renders) + 1);
 }
 
 function showError(error) {

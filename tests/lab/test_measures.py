@@ -185,3 +185,21 @@ def test_defined_beyond_reports_the_value_there():
     assert sin["next_at_probe"] == pytest.approx(sum(math.cos(10000 ** (-2 * i / 20)) for i in range(10)), abs=1e-12)
     learned = m.defined_beyond(build("learned", dim=8, num_heads=2, max_len=10), length=10)
     assert not learned["defined"] and "10 rows" in learned["error"]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 5), (5, 1), (7, 7), (4, 9), (9, 4), (2, 33, 20)])
+def test_diagonal_stats_match_a_loop_over_diagonals(gen, shape):
+    s = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    got = m.diagonal_profile(s)
+    heads = s if s.dim() == 3 else s[None]
+    for h, mat in enumerate(heads):
+        mean = got["mean"][h] if s.dim() == 3 else got["mean"]
+        spread = got["spread"][h] if s.dim() == 3 else got["spread"]
+        for n, lag in enumerate(got["lags"]):
+            d = torch.diagonal(mat, offset=lag)
+            assert mean[n] == pytest.approx(float(d.mean()), rel=1e-12, abs=1e-14)
+            assert spread[n] == pytest.approx(float(d.max() - d.min()), rel=1e-12, abs=1e-14)
+    fwd = m.forward_profile(s)
+    for lag in range(shape[-1]):
+        want = [float(torch.diagonal(mat, offset=lag).mean()) for mat in heads]
+        assert (fwd[..., lag].flatten().tolist()) == pytest.approx(want, rel=1e-12, abs=1e-14)

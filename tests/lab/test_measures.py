@@ -187,7 +187,7 @@ def test_defined_beyond_reports_the_value_there():
     assert not learned["defined"] and "10 rows" in learned["error"]
 
 
-@pytest.mark.parametrize("shape", [(1, 1), (1, 5), (5, 1), (7, 7), (4, 9), (9, 4), (2, 33, 20)])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 5), (5, 1), (7, 7), (4, 9), (9, 4), (2, 33, 20), (150, 90), (2, 70, 200)])
 def test_diagonal_stats_match_a_loop_over_diagonals(gen, shape):
     s = torch.randn(*shape, generator=gen, dtype=torch.float64)
     got = m.diagonal_profile(s)
@@ -203,3 +203,10 @@ def test_diagonal_stats_match_a_loop_over_diagonals(gen, shape):
     for lag in range(shape[-1]):
         want = [float(torch.diagonal(mat, offset=lag).mean()) for mat in heads]
         assert (fwd[..., lag].flatten().tolist()) == pytest.approx(want, rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (6, 6), (3, 130, 130), (257, 257)])  # tiles of 128: edges included
+def test_symmetry_matches_the_whole_transpose(gen, shape):
+    s = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    assert m.symmetry(s)["asymmetry"] == float((s - s.transpose(-1, -2)).abs().max())
+    assert m.symmetry(s + s.transpose(-1, -2))["symmetric"]

@@ -146,38 +146,41 @@ def similarity_norms(sim: Tensor) -> Tensor:
 # -- distance profile / translation invariance ---------------------------------------------------------
 
 
-def _diagonal_stats(s: Tensor, *, spreads: bool = True) -> tuple[Tensor, Tensor | None]:
+def _diagonal_stats(s: Tensor, *, spreads: bool = True, block: int = 64) -> tuple[Tensor, Tensor | None]:
     """Mean (and max − min) of every diagonal j − i = δ of (H, n, m), δ = −(n−1) … m−1: (H, n + m − 1) each.
 
-    Each head is copied into a buffer whose rows are padded so that a strided view puts diagonal δ in
-    column δ + n − 1 (v[i, c] = buf[i, i + c]) and every position past a diagonal's end falls in padding;
-    one reduction down the rows then gives all lags at once, reading memory row by row. (Reading each
-    diagonal in turn strides by m + 1 elements — a cache miss per element — and is several times slower.)
-    The padding is set to −inf, +inf and 0 for the max, the min and the sum.
+    Rows are taken ``block`` at a time into a buffer padded so that a strided view puts diagonal δ in
+    column δ + n − 1 (view[r, c] = buf[r, r + c]) and every position past a diagonal's end falls in padding;
+    reductions down the rows then give all lags at once, reading memory row by row from a buffer that stays
+    in cache. (Reading each diagonal in turn strides by m + 1 elements — a cache miss per element — and is
+    several times slower.) The padding is −inf, +inf and 0 for the max, the min and the sum.
     """
     h, n, m = s.shape
-    width = 2 * n + m - 1  # the view's last row reaches buf[n − 1, (n − 1) + (n + m − 2)]
     lags = torch.arange(-(n - 1), m)
     counts = torch.minimum(torch.minimum(m - lags, n + lags), torch.tensor(min(n, m))).double()  # (n + m − 1,)
-    means = torch.empty(h, n + m - 1, dtype=torch.float64)
-    spread = torch.empty_like(means) if spreads else None
-    buf = torch.empty(n, width, dtype=torch.float64)
-    view = buf.as_strided((n, n + m - 1), (width + 1, 1))  # (n, n + m − 1): view[i, c] = buf[i, i + c]
-
-    def pad(value: float) -> None:
-        buf[:, : n - 1] = value
-        buf[:, n - 1 + m :] = value
-
-    for head in range(h):
-        buf[:, n - 1 : n - 1 + m] = s[head]  # buf[i, n − 1 + j] = s[i, j]: diagonal δ = j − i in column δ + n − 1
-        if spread is not None:
-            pad(-math.inf)
-            high = view.amax(0)
-            pad(math.inf)
-            spread[head] = high - view.amin(0)
-        pad(0.0)
-        means[head] = view.sum(0) / counts
-    return means, spread
+    total = torch.zeros(h, n + m - 1, dtype=torch.float64)
+    high = torch.full_like(total, -math.inf)
+    low = torch.full_like(total, math.inf)
+    rows = min(block, n)
+    width = rows + n + m - 1  # the view's last row reaches buf[rows − 1, (rows − 1) + (n + m − 2)]
+    buf = torch.empty(rows, width, dtype=torch.float64)
+    view = buf.as_strided((rows, n + m - 1), (width + 1, 1))  # view[r, c] = buf[r, r + c]
+    for start in range(0, n, rows):
+        r = min(rows, n - start)
+        first = n - 1 - start  # row start + r' of s sits at buf[r', first + j]: diagonal δ in column δ + n − 1
+        for head in range(h):
+            buf[:r, :first] = 0.0
+            buf[:r, first : first + m] = s[head, start : start + r]
+            buf[:r, first + m :] = 0.0
+            total[head] += view[:r].sum(0)
+            if spreads:
+                buf[:r, :first] = -math.inf
+                buf[:r, first + m :] = -math.inf
+                torch.maximum(high[head], view[:r].amax(0), out=high[head])
+                buf[:r, :first] = math.inf
+                buf[:r, first + m :] = math.inf
+                torch.minimum(low[head], view[:r].amin(0), out=low[head])
+    return total / counts, (high - low) if spreads else None
 
 
 def diagonal_profile(sim: Tensor) -> dict[str, Any]:
@@ -354,12 +357,20 @@ def monotonicity(profile: Sequence[float] | Tensor, *, rel_tol: float = REL_TOL)
     }
 
 
-def symmetry(sim: Tensor) -> dict[str, Any]:
-    """max |S − Sᵀ| of a square similarity (every head), absolute and relative to max |S|."""
+def symmetry(sim: Tensor, *, tile: int = 128) -> dict[str, Any]:
+    """max |S − Sᵀ| of a square similarity (every head), absolute and relative to max |S|.
+
+    Compared tile by tile (``tile`` × ``tile`` blocks above the diagonal against their mirror images), so
+    the transposed block is read from cache instead of striding down whole columns.
+    """
     s = _heads(sim)
     if s.shape[-1] != s.shape[-2]:
         raise ValueError(f"symmetry needs a square similarity, got {tuple(s.shape)}")
-    err = float((s - s.transpose(-1, -2)).abs().max()) if s.numel() else 0.0
+    n, err = s.shape[-1], 0.0
+    for i in range(0, n, tile):
+        for j in range(i, n, tile):
+            block = s[:, i : i + tile, j : j + tile] - s[:, j : j + tile, i : i + tile].transpose(-1, -2)
+            err = max(err, float(block.abs().max()))
     return {"asymmetry": err, "relative_asymmetry": err / _scale(s), "symmetric": err <= REL_TOL * _scale(s)}
 
 

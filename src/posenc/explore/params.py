@@ -28,8 +28,9 @@ MAX_START = 1_000_000
 #: Largest |integer| and the longest list an option may take.
 MAX_INT_OPTION = 10**9
 MAX_LIST = 1024
-#: Multiply-adds one property row may cost (see ``property_work``): about a second on 2 shared cores.
-WORK_LIMIT = 6e9
+#: Operations one property row may cost (see ``property_work``): about a second on an idle 2-core machine
+#: (benchmarks/explore/README.md).
+WORK_LIMIT = 5e9
 
 
 class ParamError(ValueError):
@@ -195,10 +196,12 @@ def parse_view(query: Mapping[str, str]) -> ViewRequest:
 
 
 def property_work(req: ViewRequest, *, table_width: int | None, heads: int) -> float:
-    """Multiply-adds of one property row: the (H, L, L) similarity and its diagonals, plus four L·w²
-    products per shift offset for a table of width w (five offsets)."""
+    """Operations of one property row: building the (H, L, L) similarity (a bias scheme computes dozens of
+    operations per entry) and reading its diagonals and its transpose — 100 per entry, counted from the
+    slowest scheme in benchmarks/explore — plus four L·w² multiply-adds per shift offset for a table of
+    width w (five offsets)."""
     shift = 0 if table_width is None else 5 * 4 * req.length * table_width**2
-    return 8.0 * heads * req.length**2 + shift
+    return 100.0 * heads * req.length**2 + shift
 
 
 def check_work(req: ViewRequest, *, table_width: int | None, heads: int) -> None:
@@ -206,8 +209,8 @@ def check_work(req: ViewRequest, *, table_width: int | None, heads: int) -> None
     work = property_work(req, table_width=table_width, heads=heads)
     if work > WORK_LIMIT:
         raise ParamError(
-            "length", f"the property row at d = {req.dim}, L = {req.length} costs {work:.2g} multiply-adds, over this "
+            "length", f"the property row at d = {req.dim}, L = {req.length} costs {work:.2g} operations, over this "
             f"server's cap of {WORK_LIMIT:.2g} (about a second); lower L or d, or run `posenc lab properties "
             f"--dim {req.dim} --length {req.length}` offline",
-            f"d = {req.dim}, L = {req.length}의 성질 표는 곱셈-덧셈 {work:.2g}번이 들어 서버 한도 {WORK_LIMIT:.2g} (약 1초)를 "
+            f"d = {req.dim}, L = {req.length}의 성질 표는 연산 {work:.2g}번이 들어 서버 한도 {WORK_LIMIT:.2g} (약 1초)를 "
             f"넘습니다. L이나 d를 줄이거나 `posenc lab properties --dim {req.dim} --length {req.length}`로 따로 계산하세요")

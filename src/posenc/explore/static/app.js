@@ -187,8 +187,7 @@ async function refresh() {
     const p = await props;
     if (seq !== state.seq) return;
     if (!p.ok) {
-      showError(p.body.error);
-      state.props = null;
+      state.props = { refused: p.body.error };  // too large for the page: said in the property panel
     } else {
       state.props = p.body;
       state.timing.props = p.ms;
@@ -344,15 +343,17 @@ function drawProps() {
   const row = $("props").querySelector("tbody tr");
   head.textContent = "";
   row.textContent = "";
+  const refused = state.props && state.props.refused;
+  $("props-note").textContent = refused ? refused[state.lang] || refused.en : "";
   for (const key of PROPS) {
     const th = document.createElement("th");
     th.textContent = t(`prop_${key}`);
     head.appendChild(th);
     const td = row.insertCell();
-    const value = state.props ? state.props.row[key] : null;
+    const value = state.props && !refused ? state.props.row[key] : null;
     td.dataset.key = key;
     td.dataset.value = JSON.stringify(value ?? null);
-    td.textContent = state.props ? fmt(value) : t("na");
+    td.textContent = state.props && !refused ? fmt(value) : t("na");
   }
 }
 

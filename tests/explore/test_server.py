@@ -179,3 +179,17 @@ def test_command_refuses_a_bad_port_and_warns_off_loopback():
         assert "warning: listening on 0.0.0.0" in proc.stderr.read()
     finally:
         proc.kill()
+
+
+def test_bias_profile_is_the_labs_forward_profile_for_a_distance_only_bias(server):
+    from posenc.lab import measures
+    from posenc.lab.experiments import lab_scheme
+    from posenc.positions import default_positions
+
+    status, v = api(server, "/api/view", scheme="alibi", dim=16, length=80, head=2)
+    assert status == 200 and v["profile"]["method"].startswith("mean over")
+    scheme = lab_scheme("alibi", LabConfig(dim=16, length=80))
+    sim = scheme.similarity(default_positions(80), default_positions(80))  # (H, L, L)
+    want = measures.forward_profile(sim)[2]  # every diagonal, exactly: ALiBi depends on j − i only
+    assert v["profile"]["mean"] == pytest.approx(want.tolist(), abs=1e-12)
+    assert v["profile"]["increases"] == measures.monotonicity(want)["increases"]

@@ -116,10 +116,8 @@ def profile_view(scheme: PositionScheme, req: ViewRequest) -> dict[str, Any]:
         with torch.no_grad():
             sim = scheme.similarity(rows, default_positions(n)).reshape(-1, rows.numel(), n)  # (H or 1, S, L)
             sim = sim[req.head if sim.shape[0] > 1 else 0].double()  # (S, L)
-        cols = rows[:, None] + torch.arange(n)[None, :]  # (S, L): j = i + δ
-        valid = cols < n
-        vals = sim.gather(1, cols.clamp(max=n - 1)).masked_fill(~valid, 0.0)
-        mean = vals.sum(0) / valid.sum(0).clamp(min=1)
+        vals, valid = measures.sampled_diagonals(sim, rows)  # (S, L) by distance
+        mean = vals.masked_fill(~valid, 0.0).sum(0) / valid.sum(0).clamp(min=1)
         method = f"mean over {rows.numel()} sampled rows"
     mono = measures.monotonicity(mean)
     return {"distance": list(range(n)), "mean": mean.tolist(), "rises": mono["rises"], "increases": mono["increases"],

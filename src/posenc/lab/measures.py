@@ -240,6 +240,21 @@ def _autocorrelation(t: Tensor, *, chunk: int = 64) -> Tensor:
     return torch.fft.irfft(total, n=nfft)[:length]
 
 
+def sampled_diagonals(values: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """Re-index S(i, j) of sampled rows by distance: out[s, δ] = values[s, rows[s] + δ].
+
+    Args:
+        values: (S, L) — S(i, j) for the sampled rows i = ``rows`` (S,) and every j.
+
+    Returns:
+        (S, L) values by distance δ = 0 … L−1 and the (S, L) mask of those that exist (rows[s] + δ < L).
+    """
+    length = values.shape[-1]
+    cols = rows[:, None] + torch.arange(length)[None, :]  # (S, L): j = i + δ
+    valid = cols < length
+    return values.gather(1, cols.clamp(max=length - 1)), valid
+
+
 def table_distance_profile(
     table: Tensor,
     *,
@@ -289,10 +304,7 @@ def table_distance_profile(
         extra = torch.randperm(length - 2, generator=gen)[: max(sample_rows - 2, 0)] + 1
         rows = torch.cat((torch.tensor([0, length - 1]), extra)).sort().values  # (S,)
         dots = t[rows] @ t.T  # (S, L): T[i]·T[j] for sampled i
-        lag = torch.arange(length)
-        cols = rows[:, None] + lag[None, :]  # (S, L): j = i + δ
-        valid = cols < length
-        vals = dots.gather(1, cols.clamp(max=length - 1))
+        vals, valid = sampled_diagonals(dots, rows)
         hi = vals.masked_fill(~valid, -math.inf).amax(0)
         lo = vals.masked_fill(~valid, math.inf).amin(0)
         spread_t = hi - lo  # every lag has row 0 among its samples, so hi ≥ lo

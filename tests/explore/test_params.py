@@ -40,6 +40,11 @@ def test_each_bad_value_is_refused_by_name(field, value, fragment):
     assert err.field == field and fragment in err.en
 
 
+def test_aliases_resolve_to_the_registered_name():
+    assert parse_view({"scheme": "nope"}).scheme == "none"
+    assert parse_view({"scheme": "absolute"}).scheme == "sinusoidal"
+
+
 def test_head_must_exist_for_the_width():
     assert parse_view({"dim": "8", "head": "3"}).head == 3
     assert "1 head(s)" in refused({"dim": "6", "head": "1"}).en
@@ -49,7 +54,7 @@ def test_head_must_exist_for_the_width():
 def test_options_describe_every_scheme(name):
     specs = options(name)
     assert all(o["type"] in ("int", "float", "bool", "choice", "floats") for o in specs)
-    assert not {o["name"] for o in specs} & params_context()
+    assert not {o["name"] for o in specs} & {"dim", "head_dim", "num_heads"}  # the model's, not the scheme's
     # the defaults the page shows, passed back explicitly, build the scheme the registry builds by default
     explicit = {o["name"]: o["default"] for o in specs}
     assert build(name, dim=64, num_heads=4, **explicit).options() == build(name, dim=64, num_heads=4).options()
@@ -59,12 +64,6 @@ def test_options_describe_every_scheme(name):
         d = o["default"]
         query[f"opt.{o['name']}"] = "" if d is None else ",".join(map(str, d)) if isinstance(d, list) else str(d)
     assert dict(parse_view(query).options) == explicit
-
-
-def params_context() -> set[str]:
-    from posenc.positions import CONTEXT_ARGS
-
-    return set(CONTEXT_ARGS)
 
 
 @pytest.mark.parametrize("scheme,option,value,fragment", [

@@ -11,6 +11,8 @@ import argparse
 import sys
 from typing import Any
 
+from posenc.cli_options import add_quiet, add_threads
+
 
 def run(args: argparse.Namespace) -> int:
     import torch
@@ -19,9 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0 … 65535 (0: any free port), got {args.port}")
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
-    torch.set_num_threads(args.threads)  # requests run in parallel threads: one intra-op thread each
+    torch.set_num_threads(args.threads or 1)  # requests run in parallel threads: one intra-op thread each
     try:
         server = make_server(args.host, args.port, quiet=args.quiet)
     except OSError as err:
@@ -54,7 +54,6 @@ def register(sub: Any) -> None:
                    help="address to listen on (default 127.0.0.1: this machine only; others get a warning)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks any free port)")
     p.add_argument("--no-browser", action="store_true", help="print the address, do not open a browser")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads per request (default 1: requests already run in parallel)")
-    p.add_argument("--quiet", action="store_true", help="no request log on stderr")
+    add_threads(p, help="torch threads per request (default 1: requests already run in parallel)")
+    add_quiet(p)
     p.set_defaults(func=run)

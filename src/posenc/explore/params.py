@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from posenc.positions import lookup, names, options
+from posenc.positions import canonical, names, options
 
 #: Largest width d, number of positions L, window of positions, and first position a request may ask for.
 MAX_DIM = 1024
@@ -158,7 +158,7 @@ def parse_view(query: Mapping[str, str]) -> ViewRequest:
     known = {"scheme", "dim", "length", "base", "seed", "start", "window", "head", "scale"}
     raw_scheme = query.get("scheme", "sinusoidal")
     try:
-        scheme = lookup(raw_scheme).name  # aliases resolve to the canonical name
+        scheme = canonical(raw_scheme)  # aliases (nope, absolute) resolve to the registered name
     except ValueError:
         valid = ", ".join(names())
         raise ParamError("scheme", f"unknown scheme {raw_scheme!r}; valid: {valid}",

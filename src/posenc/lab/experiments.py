@@ -20,7 +20,7 @@ from tqdm import tqdm
 from posenc.lab import article000, article002, article003  # noqa: F401
 from posenc.lab.core import EXPERIMENTS, Finding, LabConfig
 from posenc.lab.measures import scheme_properties
-from posenc.positions import PositionScheme, build, lookup, names, options
+from posenc.positions import PositionScheme, build, lookup, names, option_names
 
 __all__ = ["EXPERIMENTS", "Finding", "LabConfig", "experiment_ids", "lab_scheme", "property_table", "run_lab"]
 
@@ -72,7 +72,7 @@ def lab_scheme(name: str, cfg: LabConfig, **scheme_options: Any) -> PositionSche
     divide), the lab's base where the scheme takes one (unless ``scheme_options`` set it), and learned
     tables drawn from ``cfg.seed`` — the same rows every run."""
     heads = 4 if cfg.dim % 4 == 0 else 1
-    if any(o["name"] == "base" for o in options(name)):
+    if "base" in option_names(name):
         scheme_options = {"base": cfg.base, **scheme_options}
     with _BUILD_LOCK:
         torch.manual_seed(cfg.seed)

@@ -1,9 +1,17 @@
-"""Position schemes: the three families of DESIGN.md and a registry to build them by name.
+"""Position schemes — additive, rotary and bias families — and the registry that builds them by name.
 
->>> from posenc.positions import build, names
+The registry is the one place that knows how a model and a scheme meet: a
+model says what it is (width, heads, longest sequence, causal or not) and each
+scheme takes from that what it needs (``PositionScheme.context_args``); the
+scheme's own options come on top. Aliases (``nope`` → ``none``, ``absolute`` →
+``sinusoidal``) are resolved here, so every command accepts the same names.
+
+>>> from posenc.positions import build, canonical, names
 >>> rope = build("rope", dim=64, num_heads=4, base=10000.0, pairing="interleaved")
 >>> rope.family, rope.head_dim
 ('rotary', 16)
+>>> canonical("nope"), build("t5", dim=64, num_heads=4, causal=True).bidirectional
+('none', False)
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from posenc.positions.absolute import (
 from posenc.positions.base import (
     AdditiveScheme,
     BiasScheme,
+    ModelContext,
     NoPosition,
     PositionScheme,
     RotaryScheme,
@@ -49,99 +58,130 @@ from posenc.positions.rotary_scaling import (
 from posenc.positions.xpos import XPos
 
 _REGISTRY: dict[str, type[PositionScheme]] = {}
+#: Other spellings accepted wherever a scheme is named: alias → registered name.
+_ALIASES: dict[str, str] = {"nope": "none", "absolute": "sinusoidal"}
 
 
 def register(cls: type[PositionScheme]) -> type[PositionScheme]:
     """Class decorator: make a scheme buildable by its ``name``."""
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"position scheme name {cls.name!r} is already registered by {_REGISTRY[cls.name].__name__}")
+    if cls.name in _ALIASES:
+        raise ValueError(f"position scheme name {cls.name!r} is already an alias of {_ALIASES[cls.name]!r}")
     _REGISTRY[cls.name] = cls
     return cls
 
 
 def names() -> list[str]:
-    """Every registered scheme name, sorted."""
+    """Every registered (canonical) scheme name, sorted; aliases are in ``aliases()``."""
     return sorted(_REGISTRY)
 
 
+def aliases() -> dict[str, str]:
+    """Every accepted alias and the registered name it stands for."""
+    return dict(sorted(_ALIASES.items()))
+
+
+def canonical(name: str) -> str:
+    """The registered name for ``name`` (itself, or what an alias stands for).
+
+    Raises:
+        ValueError: ``name`` is neither registered nor an alias; the message lists both.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a position scheme name must be a string, got {type(name).__name__}")
+    real = _ALIASES.get(name, name)
+    if real not in _REGISTRY:
+        known = ", ".join(f"{a} (= {b})" for a, b in aliases().items())
+        raise ValueError(f"unknown position scheme {name!r}; valid names: {', '.join(names())}; aliases: {known}")
+    return real
+
+
 def lookup(name: str) -> type[PositionScheme]:
-    """The class registered under ``name``; unknown names raise with the valid list."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown position scheme {name!r}; valid names: {', '.join(names())}") from None
+    """The class registered under ``name`` (or the alias ``name``); unknown names raise with the valid list."""
+    return _REGISTRY[canonical(name)]
 
 
-def model_context(cls: type[PositionScheme], *, dim: int, num_heads: int) -> dict[str, Any]:
-    """The constructor arguments a model supplies to a scheme of ``cls``'s family."""
-    if num_heads <= 0 or dim % num_heads:
-        raise ValueError(f"dim={dim} must be a positive multiple of num_heads={num_heads}")
-    context: dict[str, Any] = {
-        "additive": {"dim": dim - cls.extra_width},
-        "rotary": {"head_dim": dim // num_heads},
-        "bias": {"num_heads": num_heads, "head_dim": dim // num_heads},  # head_dim: q-dependent biases (Shaw)
-        "none": {},
-    }[cls.family]
-    accepted = inspect.signature(cls.__init__).parameters
-    return {k: v for k, v in context.items() if k in accepted}
+def option_names(name: str) -> list[str]:
+    """Every keyword argument the scheme ``name`` takes, including those the model supplies.
 
-
-#: Constructor arguments a model supplies (``model_context``): never a scheme's own option.
-CONTEXT_ARGS = frozenset({"dim", "head_dim", "num_heads", "max_length", "causal"})
+    The one place that reads a scheme's constructor signature: callers ask this
+    (e.g. to pass only the settings of a checkpoint's config a scheme knows).
+    """
+    params = inspect.signature(lookup(name).__init__).parameters
+    return [p for p, param in params.items() if p != "self" and param.kind == param.KEYWORD_ONLY]
 
 
 def options(name: str) -> list[dict[str, Any]]:
-    """The scheme's own options (what ``build(name, ..., **options)`` accepts besides the model context).
+    """The scheme's own options: what ``build(name, ...)`` takes besides what a model must supply.
 
-    Each option is a dict: ``name``, ``type`` (``"int"``, ``"float"``, ``"bool"``, ``"choice"`` or
-    ``"floats"`` — a list of floats), ``default``, ``optional`` (None is allowed: the scheme derives the
-    value) and, for ``"choice"``, ``choices``. Read from the constructor's type hints, here and nowhere
-    else, so a user interface can offer every option of every scheme without reading signatures.
+    A model must supply the constructor arguments without a default that ``context_args`` fills (width,
+    head width, head count); everything else is an option, including those a model may also set
+    (a learned table's ``max_len``, T5's ``bidirectional``). Each option is a dict: ``name``, ``type``
+    (``"int"``, ``"float"``, ``"bool"``, ``"choice"`` or ``"floats"`` — a list of floats), ``default``,
+    ``optional`` (None is allowed: the scheme derives the value) and, for ``"choice"``, ``choices``. Read
+    from the constructor's type hints, here and nowhere else, so a user interface can offer every option
+    of every scheme without reading signatures.
 
     >>> [o["name"] for o in options("rope")]
     ['base', 'pairing', 'rotary_dim']
     """
     cls = lookup(name)
+    params = inspect.signature(cls.__init__).parameters
+    required = {k for k in model_context(name, dim=64, num_heads=4) if params[k].default is inspect.Parameter.empty}
     hints = typing.get_type_hints(cls.__init__)
     out = []
-    for param in inspect.signature(cls.__init__).parameters.values():
-        if param.name == "self" or param.name in CONTEXT_ARGS or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+    for key in option_names(name):
+        if key in required:
             continue
-        hint = hints.get(param.name, Any)
+        hint = hints.get(key, Any)
         args = typing.get_args(hint)
         optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
         if optional:
             hint = next(a for a in args if a is not type(None))
-        spec: dict[str, Any] = {"name": param.name, "default": param.default, "optional": optional}
+        spec: dict[str, Any] = {"name": key, "default": params[key].default, "optional": optional}
         if typing.get_origin(hint) is Literal:
             spec.update(type="choice", choices=list(typing.get_args(hint)))
-        elif hint is bool or hint is int or hint is float:
+        elif hint in (bool, int, float):
             spec["type"] = hint.__name__
         elif typing.get_origin(hint) in (Sequence, list, tuple):
             spec["type"] = "floats"
         else:
-            raise TypeError(f"option {param.name!r} of {name!r} has a type options() does not describe: {hint}")
+            raise TypeError(f"option {key!r} of {name!r} has a type options() does not describe: {hint}")
         out.append(spec)
     return out
 
 
-def build(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionScheme:
-    """Build the scheme ``name`` for a model of width ``dim`` with ``num_heads`` heads.
+def model_context(
+    name: str, *, dim: int, num_heads: int, max_length: int | None = None, causal: bool = False,
+) -> dict[str, Any]:
+    """The constructor arguments a model of this shape supplies to the scheme ``name``."""
+    ctx = ModelContext(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
+    return lookup(name).context_args(ctx)
 
-    The model supplies what the family needs (width for additive schemes,
-    head width for rotary ones, head count for bias ones); ``options`` are the
-    scheme's own keyword arguments and override those.
+
+def build(
+    name: str, *, dim: int, num_heads: int, max_length: int | None = None, causal: bool = False, **options: Any,
+) -> PositionScheme:
+    """Build the scheme ``name`` (or an alias) for a model of width ``dim`` with ``num_heads`` heads.
+
+    The model supplies what the scheme needs (``PositionScheme.context_args``):
+    width for additive schemes, head width for rotary ones, head count for bias
+    ones; ``max_length`` as a learned table's row count; ``causal`` as T5's
+    one-directional buckets. ``options`` are the scheme's own keyword arguments
+    and override those.
 
     Raises:
-        ValueError: unknown name, or an option the scheme does not take.
+        ValueError: unknown name, an option the scheme does not take, or a model
+            shape that does not fit (width not a multiple of the head count).
     """
     cls = lookup(name)
-    params = inspect.signature(cls.__init__).parameters
-    valid = [p for p in params if p != "self"]
+    valid = option_names(name)
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ValueError(f"position scheme {name!r} takes no option(s) {unknown}; valid options: {valid}")
-    return cls(**{**model_context(cls, dim=dim, num_heads=num_heads), **options})
+    context = model_context(name, dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
+    return cls(**{**context, **options})
 
 
 for _cls in (
@@ -168,6 +208,7 @@ __all__ = [
     "LinearRoPE",
     "Llama3RoPE",
     "LongRoPE",
+    "ModelContext",
     "NTKRoPE",
     "NaiveIndexPositions",
     "NoPosition",
@@ -184,14 +225,17 @@ __all__ = [
     "XPos",
     "YaRNRoPE",
     "alibi_slopes",
+    "aliases",
     "apply_rotary",
     "build",
+    "canonical",
     "check_positions",
     "convert_qk_weight",
     "default_positions",
     "lookup",
     "model_context",
     "names",
+    "option_names",
     "options",
     "pairing_permutation",
     "register",

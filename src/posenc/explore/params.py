@@ -196,12 +196,11 @@ def parse_view(query: Mapping[str, str]) -> ViewRequest:
 
 
 def property_work(req: ViewRequest, *, table_width: int | None, heads: int) -> float:
-    """Operations of one property row: building the (H, L, L) similarity (a bias scheme computes dozens of
-    operations per entry) and reading its diagonals and its transpose — 100 per entry, counted from the
-    slowest scheme in benchmarks/explore — plus four L·w² multiply-adds per shift offset for a table of
-    width w (five offsets)."""
+    """Operations of one property row: building the (H, L, L) similarity and reading its diagonals and its
+    transpose — 400 per entry, from the slowest scheme in benchmarks/explore (T5's buckets) — plus four
+    L·w² multiply-adds per shift offset for a table of width w (five offsets)."""
     shift = 0 if table_width is None else 5 * 4 * req.length * table_width**2
-    return 100.0 * heads * req.length**2 + shift
+    return 400.0 * heads * req.length**2 + shift
 
 
 def check_work(req: ViewRequest, *, table_width: int | None, heads: int) -> None:

@@ -30,6 +30,7 @@ def main() -> int:
     p.add_argument("--sizes", default="64x512,512x512,64x2048,512x2048", help="DxL,...")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--schemes", default=",".join(names()))
+    p.add_argument("--what", default="view,properties", help="which requests to time")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -39,7 +40,7 @@ def main() -> int:
         for name in args.schemes.split(","):
             req = params.parse_view({"scheme": name, "dim": str(dim), "length": str(length)})
             row = {"scheme": name, "dim": dim, "length": length, "load": round(os.getloadavg()[0], 2)}
-            for what in ("view", "properties"):
+            for what in args.what.split(","):
                 times = []
                 for _ in range(args.repeats):
                     views._cache.clear()

@@ -109,7 +109,8 @@ def profile_view(scheme: PositionScheme, req: ViewRequest) -> dict[str, Any]:
     n = usable_length(scheme, req.length)
     table = measures.scheme_table(scheme, default_positions(n))
     if table is not None:
-        prof = measures.table_distance_profile(table, exact_rows=EXACT_PROFILE_ROWS, seed=req.seed)
+        # the page draws the diagonal means only: the spread's sampled rows (an S × L × d product) are not needed
+        prof = measures.table_distance_profile(table, exact_rows=EXACT_PROFILE_ROWS, sample_rows=2, seed=req.seed)
         mean, method = torch.tensor(prof["mean"], dtype=torch.float64), prof["method"]
     else:  # bias / none: the mean over sampled query rows i of S(i, i + δ)
         rows = _thin(n, PROFILE_ROWS)

@@ -30,7 +30,7 @@ from posenc.explore.params import ViewRequest, check_work
 from posenc.lab import measures
 from posenc.lab.article000 import naive_position, partner_tokens
 from posenc.lab.core import LabConfig
-from posenc.lab.experiments import lab_scheme
+from posenc.lab.experiments import GLOBAL_RNG_LOCK, lab_scheme
 from posenc.positions import PositionScheme, default_positions
 
 #: Heat maps show at most this many rows and columns.
@@ -148,7 +148,8 @@ def attention_view(scheme: PositionScheme, req: ViewRequest) -> dict[str, Any]:
     """
     cfg = config(req)
     scale = math.sqrt(req.dim) / 4 if req.scale is None else req.scale
-    content = partner_tokens(cfg, draws=256, tokens=TOKENS)[0] * scale  # (T, d): the lab's first sentence
+    with GLOBAL_RNG_LOCK:  # its TokenEmbedding's init draws from torch's global generator (then overwritten)
+        content = partner_tokens(cfg, draws=256, tokens=TOKENS)[0] * scale  # (T, d): the lab's first sentence
     pos = default_positions(TOKENS, offset=req.start)
     x = content[:, : req.dim - scheme.extra_width]  # the width a model gives its tokens
     heads = 1 if scheme.family in ("additive", "none") else req.heads

@@ -22,10 +22,12 @@ from posenc.lab.core import EXPERIMENTS, Finding, LabConfig
 from posenc.lab.measures import scheme_properties
 from posenc.positions import PositionScheme, build, lookup, names, option_names
 
-__all__ = ["EXPERIMENTS", "Finding", "LabConfig", "experiment_ids", "lab_scheme", "property_table", "run_lab"]
+__all__ = ["EXPERIMENTS", "GLOBAL_RNG_LOCK", "Finding", "LabConfig", "experiment_ids", "lab_scheme", "property_table",
+           "run_lab"]
 
-#: Seeding torch's global generator and building must not interleave between threads (posenc explore).
-_BUILD_LOCK = threading.Lock()
+#: Held by whoever touches torch's global generator from a thread (posenc explore serves requests in
+#: parallel): seeding and building a scheme, or a module whose init draws from it, must not interleave.
+GLOBAL_RNG_LOCK = threading.Lock()
 
 
 def experiment_ids() -> list[str]:
@@ -74,7 +76,7 @@ def lab_scheme(name: str, cfg: LabConfig, **scheme_options: Any) -> PositionSche
     heads = 4 if cfg.dim % 4 == 0 else 1
     if "base" in option_names(name):
         scheme_options = {"base": cfg.base, **scheme_options}
-    with _BUILD_LOCK:
+    with GLOBAL_RNG_LOCK:
         torch.manual_seed(cfg.seed)
         return build(name, dim=cfg.dim, num_heads=heads, **scheme_options)
 

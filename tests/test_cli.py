@@ -15,6 +15,7 @@ FLAGS = {
     "bench": ["--alloc", "--compile", "--full", "--json", "--markdown", "--no-compile", "--out", "--quiet", "--seed",
               "--size", "--suites", "--threads"],
     "demo": ["--dim", "--heads", "--kind", "--layers", "--position", "--position-option", "--seed", "--vocab"],
+    "explore": ["--host", "--no-browser", "--port", "--quiet", "--threads"],
     "inspect": ["--head-tensor", "--json", "--list-tensors", "--max-positions", "--neighbours", "--out",
                 "--position-offset", "--position-tensor", "--rows", "--sample", "--seed", "--token-tensor", "--tokens"],
     "lab": ["--base", "--dim", "--json", "--length", "--only", "--out", "--quiet", "--seed"],

@@ -115,7 +115,7 @@ def test_changing_d_or_the_scheme_redraws(driver, server):
 
 
 def lab_json(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "posenc.cli", "lab", "--json", "--quiet", "--out", "-", *args],
+    out = subprocess.run([sys.executable, "-m", "posenc.cli", "lab", "--json", "-", "--quiet", "--out", "-", *args],
                          capture_output=True, text=True, timeout=600, check=True)
     return json.loads(out.stdout)
 
@@ -131,7 +131,7 @@ def test_numbers_shown_equal_posenc_lab_json(driver, server):
     lab = lab_json("--dim", str(dim), "--length", str(length), "--base", str(base),
                    "--only", "position-vs-content,not-monotonic")
     props = {r["name"]: r for r in
-             json.loads(subprocess.run([sys.executable, "-m", "posenc.cli", "lab", "properties", "--json", "--quiet",
+             json.loads(subprocess.run([sys.executable, "-m", "posenc.cli", "lab", "properties", "--json", "-", "--quiet",
                                         "--dim", str(dim), "--length", str(length), "--base", str(base)],
                                        capture_output=True, text=True, timeout=600, check=True).stdout)["properties"]}
     row = props["sinusoidal"]

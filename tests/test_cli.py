@@ -15,6 +15,7 @@ FLAGS = {
     "bench": ["--alloc", "--compile", "--full", "--json", "--markdown", "--no-compile", "--out", "--quiet", "--seed",
               "--size", "--suites", "--threads"],
     "demo": ["--dim", "--heads", "--kind", "--layers", "--position", "--position-option", "--seed", "--vocab"],
+    "explore": ["--host", "--no-browser", "--port", "--quiet", "--threads"],
     "generate": ["--chat", "--device", "--dtype", "--json", "--max-new-tokens", "--pairing", "--prompt", "--quiet",
                  "--seed", "--system", "--temperature", "--threads", "--top-k", "--top-p"],
     "inspect": ["--head-tensor", "--json", "--list-tensors", "--max-positions", "--neighbours", "--out",

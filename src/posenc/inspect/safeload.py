@@ -274,9 +274,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     """Open a checkpoint safely: validate every header, read config and vocabulary; no tensor is read yet.
 
     Args:
-        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, or a
+        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, a
             folder holding either (with ``config.json`` and a vocabulary file
-            next to it when available).
+            next to it when available), or a llama.cpp ``.gguf`` file (config and
+            vocabulary from its metadata, tensors dequantised when read).
 
     Raises:
         FileNotFoundError: nothing at ``path``.
@@ -285,6 +286,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        from posenc.pretrained.gguf import inspect_checkpoint_of
+
+        return inspect_checkpoint_of(path)
     folder = path if path.is_dir() else path.parent
     weights = find_weights(path) if path.is_dir() else [path]
     entries: dict[str, TensorEntry] = {}

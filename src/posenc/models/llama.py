@@ -253,6 +253,8 @@ class LlamaLM(nn.Module):
         done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
         ids, new = prompt, prompt
         for _ in range(max_new_tokens):
+            for layer_cache in cache:  # under torch.compile: one decoding graph for every cache length
+                layer_cache.mark_dynamic()
             h = self.hidden(new, cache=cache)[:, -1]  # (B, D): only the last position needs logits
             nxt = next_token(self.head(h).float(), temperature=temperature, top_k=top_k, top_p=top_p,
                              generator=generator)  # (B,)

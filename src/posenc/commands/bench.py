@@ -67,7 +67,9 @@ def register(sub: Any) -> None:
                        description="Time posenc against peer forms (HF, torchtune, Meta, torch.compile, "
                                    "naive attention, torch.nn.Transformer) in one interleaved run; print medians "
                                    "and ratios to the copy floor and to each peer.")
-    p.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma-separated suites (default: {DEFAULT_SUITES})")
+    p.add_argument("--suites", default=DEFAULT_SUITES,
+                   help=f"comma-separated suites (default: {DEFAULT_SUITES}); also: compile "
+                        "(eager vs torch.compile training and decoding, minutes of C++ builds)")
     p.add_argument("--size", choices=["tiny", "small", "full"], default="small",
                    help="problem sizes: tiny (seconds, for tests), small (default, ~2–3 min on 2 cores), full (the issue's sizes, ~8–12 min)")
     p.add_argument("--full", action="store_true", help="same as --size full")

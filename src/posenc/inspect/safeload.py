@@ -303,15 +303,21 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     """Open a checkpoint safely: validate every header, read config and vocabulary; no tensor is read yet.
 
     Args:
-        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, or a
+        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, a
             folder holding either (with ``config.json`` and a vocabulary file
-            next to it when available).
+            next to it when available), or a llama.cpp ``.gguf`` file (config and
+            vocabulary from its metadata, tensors dequantised when read).
 
     Raises:
         FileNotFoundError: nothing at ``path``.
         CheckpointError: pickle-based or malformed files (see :func:`read_header`).
     """
     path = Path(path)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        regular_file(path, "GGUF file")
+        from posenc.pretrained.gguf import inspect_checkpoint_of
+
+        return inspect_checkpoint_of(path)
     if not path.is_dir():
         regular_file(path, "checkpoint file or folder")
     folder = path if path.is_dir() else path.parent

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posenc.checks import check_values, compiling
 from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
 from posenc.positions.cache import TableCache
 from posenc.validation import check_table, number, positive_int
@@ -77,9 +78,12 @@ class SinusoidalPositions(AdditiveScheme):
         Bit-for-bit ``encode(positions).to(dtype)`` (float64 formula, cast at the
         end), so ``add`` is one gather of T rows and one read-add-write of x.
         Served by ``TableCache`` keyed on (class, dim, base); positions past
-        ``TABLE_LIMIT`` are formed directly.
+        ``TABLE_LIMIT``, and every call under ``torch.compile`` (sizing the table
+        reads a value), are formed directly.
         """
         positions = check_positions(positions).to(device)
+        if compiling():
+            return super().table(positions, dtype=dtype, device=device)
         cache: TableCache = self.__dict__.setdefault("_table_cache", TableCache(limit=self.TABLE_LIMIT))
         rows = cache.rows(positions, key=(type(self).__qualname__, self.dim, self.base), width=self.dim, dtype=dtype,
                           build=lambda p: (super(SinusoidalPositions, self).table(p, dtype=dtype, device=device),))
@@ -121,12 +125,13 @@ class LearnedPositions(AdditiveScheme):
 
     def encode(self, positions: Tensor) -> Tensor:
         positions = check_positions(positions)
-        if positions.numel() and int(positions.max()) >= self.max_len:
-            raise ValueError(
-                f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
-                f"but position {int(positions.max())} was asked for; build it with a larger max_len "
-                "or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
-            )
+        fix = "build it with a larger max_len or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
+        check_values(
+            positions < self.max_len,
+            lambda: f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                    f"but position {int(positions.max())} was asked for; {fix}",
+            compiled_message=f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                             f"but a larger position was asked for; {fix}")
         return self.weight[positions.to(self.weight.device)]
 
     def max_position(self) -> int | None:

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor
 
+from posenc.checks import compiling
 from posenc.validation import number, positive_int
 from posenc.positions.absolute import check_even
 from posenc.positions import rotary_kernel
@@ -47,8 +48,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
     multiply for the interleaved pairing, cache-blocked ops for the half
     pairing); uses ``apply_rotary_reference`` for tiny inputs (fewer than
     ``SMALL_NUMEL`` elements, e.g. one decoding step, where per-op overhead
-    dominates), when cos/sin need gradients, or when they do not broadcast
-    against x without enlarging it.
+    dominates), when cos/sin need gradients, when they do not broadcast
+    against x without enlarging it, and under ``torch.compile`` (which fuses
+    the textbook form into one pass of its own).
 
     Args:
         x: (..., T, Dh) queries or keys.
@@ -60,6 +62,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
     """
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if compiling():  # the compiler fuses the textbook form into one pass; the eager kernel is opaque to it
+        return apply_rotary_reference(x, cos, sin, pairing=pairing)
     if x.numel() < rotary_kernel.SMALL_NUMEL:  # a few tokens (decoding): fewest Python-level ops wins
         return apply_rotary_reference(x, cos, sin, pairing=pairing)
     pairs = cos.shape[-1]
@@ -173,13 +177,14 @@ class RoPE(RotaryScheme):
         bit-for-bit those of the direct formula. The cache (``TableCache``) is
         keyed on the class and ``options()``, which must therefore name
         everything the frequencies depend on. Positions past ``TABLE_LIMIT``
-        rows·pairs, and subclasses that override ``angles``, are computed directly.
+        rows·pairs, subclasses that override ``angles``, and every call under
+        ``torch.compile`` (sizing the table reads a value) are computed directly.
         """
         return self._cos_sin(check_positions(positions), dtype)
 
     def _cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """``cos_sin`` for positions already checked (``rotate_one`` checks them once)."""
-        if type(self).angles is not RoPE.angles:
+        if type(self).angles is not RoPE.angles or compiling():
             return self._cos_sin_direct(positions, dtype)
         cache: TableCache = self.__dict__.setdefault("_cos_sin_cache", TableCache(limit=self.TABLE_LIMIT))
         rows = cache.rows(positions, key=(type(self).__qualname__, repr(self.options())), width=self.rotary_dim // 2,

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from posenc.checks import check_values
 from posenc.validation import number, positive_int
 from posenc.positions.base import check_positions
 from posenc.positions.rotary import Pairing, RoPE, apply_rotary
@@ -68,15 +69,19 @@ class XPos(RoPE):
         """Largest position whose query and key scales are both normal numbers in ``dtype``."""
         info = torch.finfo(dtype)
         headroom = min(math.log(info.max), -math.log(info.tiny))
-        return int(headroom * self.scale_base / -math.log(float(self.zeta()[0])))
+        zeta0 = self.gamma / (1 + self.gamma)  # ζ_0, the fastest decay; plain float: no tensor read
+        return int(headroom * self.scale_base / -math.log(zeta0))
 
     def _scaled_rotation(self, x: Tensor, positions: Tensor, sign: float) -> Tensor:
         positions = self.check_input(x, positions)
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        if positions.numel() and int(positions.max()) > (limit := self.max_position_for(dtype)):
-            raise ValueError(
-                f"xpos: position {int(positions.max())} is beyond {limit}, where ζ^(±p/{self.scale_base:g}) leaves "
-                f"the {dtype} range; use a larger scale_base, float64 activations, or a scheme without decay (rope)")
+        limit = self.max_position_for(dtype)
+        fix = "use a larger scale_base, float64 activations, or a scheme without decay (rope)"
+        check_values(positions <= limit,
+                     lambda: f"xpos: position {int(positions.max())} is beyond {limit}, where "
+                             f"ζ^(±p/{self.scale_base:g}) leaves the {dtype} range; {fix}",
+                     compiled_message=f"xpos: a position is beyond {limit}, where ζ^(±p/{self.scale_base:g}) "
+                                      f"leaves the {dtype} range; {fix}")
         positions = positions.to(x.device)
         theta = self.angles(positions)
         scale = (sign * self.log_scale(positions)).exp()  # (..., T, P)

@@ -13,45 +13,7 @@ import json
 from typing import Any
 
 
-def set_threads(threads: int | None, world_size: int) -> int:
-    """torch intra-op threads: ``threads``, else 1.
-
-    The models here are tiny: a second thread per process buys little and, on a busy
-    machine, synchronising threads costs more than it gains. Use the cores with
-    processes instead (``lengthgen --jobs N`` or ``torchrun --nproc_per_node N``).
-    """
-    import torch
-
-    n = threads or 1
-    torch.set_num_threads(n)
-    return n
-
-
-def add_model_args(p: argparse.ArgumentParser) -> None:
-    """Options shared by ``train`` and ``lengthgen`` (unset ones keep the preset's value)."""
-    g = p.add_argument_group("model and training (default: the preset)")
-    g.add_argument("--framing", choices=["decoder", "encoder-decoder"], default=None)
-    g.add_argument("--train-max", type=int, default=None, help="longest training length")
-    g.add_argument("--test-max", type=int, default=None, help="longest evaluated length")
-    g.add_argument("--steps", type=int, default=None)
-    g.add_argument("--batch-size", type=int, default=None)
-    g.add_argument("--lr", type=float, default=None)
-    g.add_argument("--dim", type=int, default=None)
-    g.add_argument("--heads", type=int, default=None)
-    g.add_argument("--layers", type=int, default=None)
-    g.add_argument("--dropout", type=float, default=None)
-    g.add_argument("--eval-examples", type=int, default=None, help="evaluated examples per length")
-    g.add_argument("--threads", type=int, default=None, help="torch threads per process (default 1; use --jobs/torchrun for more cores)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def settings_from_args(args: argparse.Namespace, base: Any) -> Any:
-    from posenc.lengthgen import with_overrides
-
-    return with_overrides(base, framing=args.framing, train_max=args.train_max, test_max=args.test_max,
-                          steps=args.steps, batch_size=args.batch_size, lr=args.lr, dim=args.dim, heads=args.heads,
-                          layers=args.layers, dropout=args.dropout, eval_examples=args.eval_examples,
-                          eval_every=getattr(args, "eval_every", None))
+from posenc.commands.lengthgen import add_cell_args, config_from_args, set_threads
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,12 +21,13 @@ def run(args: argparse.Namespace) -> int:
     from posenc.train import init_distributed
 
     info = init_distributed()
-    set_threads(args.threads, info.world_size)
-    settings = settings_from_args(args, lg.QUICK if args.quick else lg.DEFAULT)
+    set_threads(args.threads)
+    config = config_from_args(args, lg.QUICK if args.quick else lg.DEFAULT)
+    config = config.with_changes(train={"checkpoint_every": args.checkpoint_every})
     if args.resume and not args.checkpoint_dir:
         raise ValueError("--resume needs --checkpoint-dir (the directory of the run to continue)")
-    cell = lg.train_one(args.task, args.scheme, seed=args.seed, settings=settings, checkpoint_dir=args.checkpoint_dir,
-                        resume=args.resume, checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+    cell = lg.train_cell(args.task, lg.canonical(args.scheme), seed=args.seed, config=config,
+                         checkpoint_dir=args.checkpoint_dir, resume=args.resume, progress=not args.quiet)
     if info.is_main:
         lo, hi = cell["train_lengths"]
         print(f"{cell['task']} / {cell['scheme']}: trained {cell['steps']} steps on lengths {lo}–{hi} "
@@ -92,7 +55,6 @@ def register(sub: Any) -> None:
     p.add_argument("--checkpoint-dir", default=None, help="save here (at the end, every --checkpoint-every, on Ctrl-C)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (0: at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir exactly")
-    p.add_argument("--eval-every", type=int, default=None, help="also evaluate every N steps")
     p.add_argument("--json", default=None, help="write the result (accuracy by length, history) to this file")
-    add_model_args(p)
+    add_cell_args(p)
     p.set_defaults(func=run)

@@ -48,18 +48,26 @@ def example_set(task: Task, lengths: Sequence[int], per_length: int, seed: int) 
     return {n: task.examples([n] * per_length, gen) for n in lengths}
 
 
-def position_options(scheme: str, config: CellConfig, max_len: int) -> dict[str, Any]:
+def position_options(scheme: str, config: CellConfig, *, max_len: int, train_len: int) -> dict[str, Any]:
     """The scheme options of one cell: what the model context gives the scheme, plus T5's layout.
 
-    * The registry's model context (:func:`posenc.positions.model_context`) with the longest test
-      sequence as ``max_length`` and ``causal`` for the decoder-only framing: a learned table gets
-      ``max_len`` rows (those past the training lengths get no gradient), randomized positions
-      sample from ``[0, max_len)`` while training (Ruoss et al. 2023: every test position must lie
-      inside that range), T5 gets one-directional buckets in a causal decoder.
-    * t5: T5's own layout, as the paper uses it through HF's T5 attention — 32 buckets, distances
-      up to 128 (causal: exact distances 0–15, log-spaced 16–128). Training sequences of up to
-      2·16 + 2 tokens reach into the log buckets, and every test distance (≤ 66 at length 32)
-      stays below ``max_distance``, so no test distance is clamped into the last bucket.
+    Args:
+        max_len: the longest test sequence (positions the model must handle).
+        train_len: the longest training sequence.
+
+    * The registry's model context (:func:`posenc.positions.model_context`) with ``max_len`` as
+      ``max_length`` and ``causal`` for the decoder-only framing: a learned table gets ``max_len``
+      rows (those past the training lengths get no gradient), randomized positions sample from
+      ``[0, max_len)`` while training (Ruoss et al. 2023: every test position must lie inside that
+      range), T5 gets one-directional buckets in a causal decoder.
+    * t5: T5's rule (half the buckets exact distances, half log-spaced up to ``max_distance``, farther
+      ones share the last) with 16 buckets and ``max_distance`` = the longest training sequence. In a
+      causal model that makes distances 0–7 exact and 8 … ``train_len`` log-spaced, so training
+      reaches every bucket, and every longer test distance shares the last bucket, which training
+      reached. T5's own 32 buckets / 128 would give distances 0–15 exact buckets and leave most
+      buckets untrained at these lengths (a test distance past the training lengths would meet a
+      bias that was never trained — what an earlier run of this benchmark measured, not a property of
+      relative bias). The paper trains on sequences long enough to use T5's log range.
 
     ``config.model.position_options`` override all of these.
     """
@@ -68,15 +76,16 @@ def position_options(scheme: str, config: CellConfig, max_len: int) -> dict[str,
     full = model_context(scheme, **shape, max_length=max_len, causal=config.framing == "decoder")
     options = {k: v for k, v in full.items() if k not in plain or plain[k] != v}  # what length/causality add
     if scheme == "t5":
-        options.update(num_buckets=32, max_distance=128)
+        exact = 8 if options.get("bidirectional") is False else 4  # T5: half (causal) or a quarter exact
+        options.update(num_buckets=16, max_distance=max(train_len, exact + 1))
     return {**options, **config.model.position_options}
 
 
-def build_model(scheme: str, vocab_size: int, config: CellConfig, max_len: int) -> nn.Module:
+def build_model(scheme: str, vocab_size: int, config: CellConfig, *, max_len: int, train_len: int) -> nn.Module:
     """The model of one cell: ``config.model`` with this task's vocabulary and this scheme."""
     cls = lookup(scheme)
     model = replace(config.model, vocab_size=vocab_size, position=scheme,
-                    position_options=position_options(scheme, config, max_len),
+                    position_options=position_options(scheme, config, max_len=max_len, train_len=train_len),
                     tie_embeddings=config.model.tie_embeddings and cls.extra_width == 0,
                     share_embeddings=config.framing == "encoder-decoder")
     return build_decoder_only(model) if config.framing == "decoder" else build_encoder_decoder(model)
@@ -131,9 +140,10 @@ def train_cell(
     tests = example_set(task, test_lengths, config.eval_examples, TEST_SEED)
     gate_set = example_set(task, train_lengths, config.gate_examples, GATE_SEED)
     max_len = max(sequence_length(*task.size_bound(n), config.framing) for n in test_lengths)  # every test fits
+    train_len = max(sequence_length(*task.size_bound(n), config.framing) for n in train_lengths)
 
     torch.manual_seed(seed)
-    model = build_model(scheme, len(vocab), config, max_len).to(info.device)
+    model = build_model(scheme, len(vocab), config, max_len=max_len, train_len=train_len).to(info.device)
     pick = torch.tensor(train_lengths)
 
     def batches(step: int, rank: int, world: int) -> Any:

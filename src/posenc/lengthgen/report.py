@@ -64,7 +64,7 @@ def task_section(task: str, t: dict[str, Any]) -> list[str]:
         for r in t["schemes"][s]["rows"]:
             steps = str(r["passed_at"]) if r["learned"] else f"✗ {r['budget']} (gate {_pct(r['gate'])} %)"
             out.append(f"| {s} | {r['seed']} | {steps} | {_pct(r['in_range'])} | {_pct(r['beyond'])}"
-                       f"{_ci(r['beyond_ci'])} | {r['cpu_seconds']:.0f} |")
+                       f"{_ci(r['beyond_ci'])} | {'—' if r['cpu_seconds'] is None else round(r['cpu_seconds'])} |")
     lengths = t["lengths"]
     out += ["", "Exact match (%) by length, mean over learned seeds:", "",
             "| scheme | " + " | ".join(lengths) + " |", "| --- |" + " ---: |" * len(lengths)]

@@ -33,7 +33,7 @@ def cell_row(cell: dict[str, Any]) -> dict[str, Any]:
     hi = cell["train_lengths"][1]
     row: dict[str, Any] = {"seed": cell["seed"], "learned": cell["learned"], "passed_at": cell["gate"]["passed_at"],
                            "steps": cell["steps"], "budget": cell["budget"], "gate": cell["gate"]["accuracy"],
-                           "cpu_seconds": cell.get("cpu_seconds", math.nan)}
+                           "cpu_seconds": cell.get("cpu_seconds")}
     for part, keep in (("in_range", lambda n: n <= hi), ("beyond", lambda n: n > hi)):
         flat = "".join(v for n, v in cell["hits"].items() if keep(int(n)))
         k, n = flat.count("1"), len(flat)

@@ -163,7 +163,7 @@ def train_cell(
                    stop_when=lambda ev: ev["gate"] >= config.threshold)
     model.eval()
     hits = hits_by_length(model, tests, vocab, config.framing) if info.is_main else {}
-    curve = [(e["step"], e["gate"]) for e in result.evals]
+    curve = [[e["step"], e["gate"]] for e in result.evals]
     last_gate = curve[-1][1] if curve else float("nan")
     learned = bool(curve) and last_gate >= config.threshold and not result.interrupted
     inside = {n: h for n, h in hits.items() if n <= train_max}

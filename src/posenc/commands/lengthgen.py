@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any
 
+from posenc.cli_options import add_out, add_quiet, add_threads, out_dir
+
 
 def _csv(text: str, what: str) -> list[str]:
     """A comma list with no empty or repeated items."""
@@ -73,8 +75,8 @@ def add_cell_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--eval-every", type=int, default=None, help="convergence-gate check every N steps")
     g.add_argument("--threshold", type=float, default=None,
                    help="gate: stop once held-out in-range exact match reaches this (default 0.99)")
-    g.add_argument("--threads", type=int, default=None, help="torch threads per process (default 1)")
-    g.add_argument("--quiet", action="store_true", help="no progress bars")
+    add_threads(g, help="torch threads per process (default 1: the models are tiny; use --jobs for more cores)")
+    add_quiet(g)
 
 
 def config_from_args(args: argparse.Namespace, base: Any) -> Any:
@@ -111,10 +113,23 @@ def grid_from_args(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from posenc.train import init_distributed
+
+    info = init_distributed()  # under torchrun every cell trains data-parallel; rank 0 writes
+    try:
+        return _run(args, is_main=info.is_main)
+    finally:
+        if info.world_size > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _run(args: argparse.Namespace, *, is_main: bool) -> int:
     from posenc import lengthgen as lg
 
     threads = set_threads(args.threads)
-    out = None if args.out == "-" else args.out
+    out = out_dir(args)
     meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                             "machine": lg.machine_note(threads, args.jobs)}
     grid = grid_from_args(args)
@@ -133,17 +148,19 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs > 1 and out is None:
         raise ValueError("--jobs N gathers its processes' cells in OUT/cells: give --out DIR, not -")
     todo = grid.shard(*args.shard)
-    print(f"lengthgen: {len(todo)} cells — tasks {list(grid.tasks)}, positions {list(grid.schemes)}, "
-          f"seeds {list(grid.seeds)}; {args.jobs} job(s) × {threads} thread(s); "
-          + (f"writing to {out}" if out else "writing no files"), flush=True)
+    if is_main:
+        print(f"lengthgen: {len(todo)} cells — tasks {list(grid.tasks)}, positions {list(grid.schemes)}, "
+              f"seeds {list(grid.seeds)}; {args.jobs} job(s) × {threads} thread(s); "
+              + (f"writing to {out}" if out else "writing no files"), flush=True)
     began = time.perf_counter()
-    log = (lambda _: None) if args.quiet else print
+    quiet = args.quiet or not is_main
+    log = (lambda _: None) if quiet else print
     if args.jobs > 1:
         lg.run_jobs(grid, out, jobs=args.jobs, fresh=args.fresh, threads=threads)
         cells = lg.load_cells(out, grid)
         wanted = grid.cells()
     else:
-        cells = lg.run_grid(grid, out, shard=args.shard, fresh=args.fresh, progress=not args.quiet, log=log)
+        cells = lg.run_grid(grid, out, shard=args.shard, fresh=args.fresh, progress=not quiet, log=log)
         wanted = todo
     have = {lg.cell_name(c["task"], c["scheme"], c["seed"]) for c in cells}
     missing = [lg.cell_name(*c) for c in wanted if lg.cell_name(*c) not in have]
@@ -151,6 +168,8 @@ def run(args: argparse.Namespace) -> int:
                 missing=missing)
     if not cells:
         return 130
+    if not is_main:  # another rank of a torchrun: rank 0 reports
+        return 130 if missing else 0
     if out is None:
         print("\n".join(lg.headline(lg.summarise(cells))))
     elif args.shard[1] > 1:
@@ -177,8 +196,7 @@ def register(sub: Any) -> None:
                         f"or 'all' for every registered one (default {','.join(SCHEMES)})")
     p.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default 0,1,2)")
     p.add_argument("--quick", action="store_true", help="a small preset that runs in minutes on 2 cores")
-    p.add_argument("--out", default="lengthgen-report",
-                   help="output folder (cells/, checkpoints/, the report); '-' writes no files")
+    add_out(p, default="lengthgen-report", help="output folder: cells/, checkpoints/ of running cells, the report")
     p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
                    help="run only cells I, I+N, … (split a grid across machines; then --report-only)")
     p.add_argument("--jobs", type=int, default=1, help="run the grid as N local processes, then one report")

@@ -40,7 +40,7 @@ def _model() -> ModelConfig:
 
 
 def _train() -> TrainConfig:
-    return TrainConfig(steps=3000, lr=5e-3, min_lr=5e-4, warmup_steps=100, weight_decay=0.01, grad_clip=1.0,
+    return TrainConfig(steps=6000, lr=5e-3, min_lr=5e-4, warmup_steps=100, weight_decay=0.01, grad_clip=1.0,
                        eval_every=100, log_every=50, progress=False)
 
 

@@ -21,6 +21,14 @@ def _ci(ci: Sequence[float] | None) -> str:
     return "" if ci is None else f" [{_pct(ci[0])}, {_pct(ci[1])}]"
 
 
+MODEL_FIELDS = ("dim", "num_heads", "num_layers", "ffn_dim", "dropout", "norm_first")
+TRAIN_FIELDS = ("steps", "lr", "min_lr", "warmup_steps", "weight_decay", "grad_clip", "eval_every")
+
+
+def _settings(data: dict[str, Any], keys: Sequence[str]) -> str:
+    return ", ".join(f"{k} {data[k]}" for k in keys if k in data)
+
+
 def _machine_line(m: dict[str, Any]) -> str:
     if not m:
         return "unknown"
@@ -102,10 +110,11 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
              f"Total CPU time of the cells: {meta.get('cpu_seconds', 0):.0f} s "
              f"({meta.get('cpu_seconds', 0) / 3600:.2f} h)  ",
              f"Machine: {_machine_line(meta.get('machine', {}))}  ",
-             f"Model: {cfg.get('model', {})}  ", f"Training: {cfg.get('train', {})}  ",
-             f"Cell: framing {cfg.get('framing')}, batch {cfg.get('batch_size')}, gate ≥ {cfg.get('threshold')} "
-             f"on {cfg.get('gate_examples')} held-out examples per training length, "
-             f"{cfg.get('eval_examples')} test examples per length", "",
+             f"Model: {_settings(cfg.get('model', {}), MODEL_FIELDS)}  ",
+             f"Training: {_settings(cfg.get('train', {}), TRAIN_FIELDS)}, batch {cfg.get('batch_size')}  ",
+             f"Cell: framing {cfg.get('framing')}, gate ≥ {cfg.get('threshold')} on {cfg.get('gate_examples')} "
+             f"held-out examples per training length, {cfg.get('eval_examples')} test examples per length "
+             "(full configuration in results.json)", "",
              "Only cells that passed the convergence gate are compared; a scheme whose seeds all failed "
              "it is listed as not learned and excluded (never averaged in as zeros).", "",
              *headline(summary), ""]

@@ -32,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
         lo, hi = cell["train_lengths"]
         print(f"{cell['task']} / {cell['scheme']}: trained {cell['steps']} steps on lengths {lo}–{hi} "
               f"(final loss {cell['final_loss']:.4f}, {cell['seconds']:.0f} s)")
+        gate = cell["gate"]
+        print(f"convergence gate (held-out in-range exact match >= {gate['threshold']}): "
+              + (f"passed at step {gate['passed_at']}" if cell["learned"] else f"not passed ({gate['accuracy']:.3f})"))
         print("length  accuracy")
         for n, acc in cell["accuracy"].items():
             print(f"{n:>6}  {100 * acc:6.1f} %{'' if int(n) <= hi else '   (beyond training)'}")

@@ -90,7 +90,9 @@ def task_section(task: str, t: dict[str, Any]) -> list[str]:
 
 def paper_lines(paper: dict[str, Any]) -> list[str]:
     lines = [f"**Against Kazemnejad et al. (2023)** ({', '.join(PAPER_LEADERS)} ahead of "
-             f"{', '.join(PAPER_LAGGARDS)} beyond the training lengths): **{paper['verdict']}**."]
+             f"{', '.join(PAPER_LAGGARDS)} beyond the training lengths): **{paper['verdict']}**"
+             + (" (" + "; ".join(f"{k}: {v}" for k, v in paper["by_leader"].items()) + ")" if paper["by_leader"] else "")
+             + "."]
     for r in paper["pairs"]:
         if r["reading"] == "not testable":
             lines.append(f"- {r['leader']} vs {r['laggard']}: not testable ({r['why']})")
@@ -101,12 +103,22 @@ def paper_lines(paper: dict[str, Any]) -> list[str]:
     return lines
 
 
+def missing_line(missing: Sequence[str]) -> str:
+    """``copy-rope-seed2, …`` compressed per task: a task with every cell missing is named once."""
+    by_task: dict[str, list[str]] = {}
+    for name in missing:
+        by_task.setdefault(name.split("-", 1)[0], []).append(name)
+    parts = [f"{task} ({len(names)} cells: {', '.join(n.split('-', 1)[1] for n in names)})" if len(names) <= 24
+             else f"{task} ({len(names)} cells)" for task, names in by_task.items()]
+    return "; ".join(parts)
+
+
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     cfg = meta.get("config", {})
     lines = ["# Length generalisation by position scheme", "",
              f"Command: `{meta.get('command', '')}`  ",
              f"Cells: {meta.get('finished', '?')} finished of {meta.get('expected', '?')}"
-             + (f" — missing: {', '.join(meta['missing'])}" if meta.get("missing") else "") + "  ",
+             + (f" — not yet run: {missing_line(meta['missing'])}" if meta.get("missing") else "") + "  ",
              f"Total CPU time of the cells: {meta.get('cpu_seconds', 0):.0f} s "
              f"({meta.get('cpu_seconds', 0) / 3600:.2f} h)  ",
              f"Machine: {_machine_line(meta.get('machine', {}))}  ",

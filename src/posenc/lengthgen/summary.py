@@ -86,7 +86,7 @@ def summarise_task(cells: Sequence[dict[str, Any]], *, replicates: int = 2000, s
     order = sorted(schemes, key=lambda k: (schemes[k]["rank"] or math.inf, -(schemes[k]["beyond"] or 0), k))
     return {"task": first["task"], "train_lengths": [lo, hi], "test_max": first["test_max"],
             "length_unit": first["length_unit"], "lengths": lengths, "schemes": schemes, "order": order,
-            "pairs": {f"{a} > {b}": v for (a, b), v in pairs.items() if v["diff"] >= 0},
+            "pairs": {f"{a} > {b}": v for (a, b), v in pairs.items() if v["diff"] > 0 or (v["diff"] == 0 and a < b)},
             "paper": paper_reading(schemes, pairs)}
 
 
@@ -111,16 +111,19 @@ def paper_reading(schemes: dict[str, Any], pairs: dict[tuple[str, str], dict[str
             reading = "tied" if not p["significant"] else ("ahead" if p["diff"] > 0 else "behind")
             rows.append({"leader": a, "laggard": b, "reading": reading, "diff": p["diff"],
                          "ci": (p["low"], p["high"])})
+    by_leader = {a: _verdict([r for r in rows if r["leader"] == a]) for a in PAPER_LEADERS if a in schemes}
+    return {"verdict": _verdict(rows), "by_leader": by_leader, "pairs": rows}
+
+
+def _verdict(rows: list[dict[str, Any]]) -> str:
     tested = [r for r in rows if r["reading"] != "not testable"]
     if not tested:
-        verdict = "not testable"
-    elif any(r["reading"] == "behind" for r in tested):
-        verdict = "contradicted"
-    elif all(r["reading"] == "ahead" for r in tested):
-        verdict = "holds"
-    else:
-        verdict = "consistent, not separated"
-    return {"verdict": verdict, "pairs": rows}
+        return "not testable"
+    if any(r["reading"] == "behind" for r in tested):
+        return "contradicted"
+    if all(r["reading"] == "ahead" for r in tested):
+        return "holds"
+    return "consistent, not separated"
 
 
 def summarise(cells: Sequence[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:

@@ -38,8 +38,8 @@ def test_cell_config_composes_model_and_train_configs_and_round_trips():
 
 @pytest.mark.slow
 def test_train_command_resumes_to_the_same_result(tmp_path, capsys):
-    common = ["train", "--task", "reverse", "--scheme", "alibi", "--train-max", "3", "--test-max", "4", "--dim", "16",
-              "--heads", "2", "--layers", "1", "--batch-size", "8", "--eval-examples", "4", "--threads", "1",
+    common = ["train", "--task", "reverse", "--position", "alibi", "--train-max", "3", "--test-max", "4", "--dim",
+              "16", "--heads", "2", "--layers", "1", "--batch-size", "8", "--eval-examples", "4", "--threads", "1",
               "--quiet", "--steps", "10"]
     run = tmp_path / "run"
     assert main([*common, "--checkpoint-dir", str(run), "--checkpoint-every", "5",

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from posenc.cli_options import add_out, add_quiet, add_threads, out_dir
+from posenc.cli_options import add_out, add_position, add_quiet, add_threads, out_dir
 
 
 def _csv(text: str, what: str) -> list[str]:
@@ -90,17 +90,13 @@ def config_from_args(args: argparse.Namespace, base: Any) -> Any:
 
 def grid_from_args(args: argparse.Namespace) -> Any:
     from posenc import lengthgen as lg
-    from posenc.positions import names
     from posenc.tasks import task_names
 
     tasks = _csv(args.task, "--task")
     for t in tasks:
         if t not in task_names():
             raise ValueError(f"unknown task {t!r}; valid tasks: {', '.join(task_names())}")
-    schemes = names() if args.position == "all" else _csv(args.position, "--position")
-    schemes = [lg.canonical(s) for s in schemes]
-    if len(set(schemes)) < len(schemes):
-        raise ValueError(f"--position {args.position!r} names a scheme twice (through an alias); give each once")
+    schemes = args.position  # canonical names, aliases resolved, 'all' expanded (cli_options.position_names)
     seeds = []
     for s in _csv(args.seeds, "--seeds"):
         try:
@@ -191,9 +187,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("lengthgen", help="length-generalisation benchmark across position schemes",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default=",".join(TASKS), help=f"comma list of tasks (default {','.join(TASKS)})")
-    p.add_argument("--position", default=",".join(SCHEMES),
-                   help="comma list of position schemes (aliases such as nope=none, absolute=sinusoidal), "
-                        f"or 'all' for every registered one (default {','.join(SCHEMES)})")
+    add_position(p, default=",".join(SCHEMES), many=True, options=False)
     p.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default 0,1,2)")
     p.add_argument("--quick", action="store_true", help="a small preset that runs in minutes on 2 cores")
     add_out(p, default="lengthgen-report", help="output folder: cells/, checkpoints/ of running cells, the report")

@@ -2,15 +2,17 @@
 
 Example::
 
-    posenc train --task copy --scheme rope --steps 1500 --checkpoint-dir runs/copy-rope
+    posenc train --task copy --position rope --steps 1500 --checkpoint-dir runs/copy-rope
     # Ctrl-C saves; the same command with --resume continues to the same final weights.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from typing import Any
+
+from posenc.cli_options import add_json, add_position, add_quiet, add_seed, add_threads, json_to_stdout, write_json
 
 
 from posenc.commands.lengthgen import add_cell_args, config_from_args, set_threads
@@ -26,21 +28,21 @@ def run(args: argparse.Namespace) -> int:
     config = config.with_changes(train={"checkpoint_every": args.checkpoint_every})
     if args.resume and not args.checkpoint_dir:
         raise ValueError("--resume needs --checkpoint-dir (the directory of the run to continue)")
-    cell = lg.train_cell(args.task, lg.canonical(args.scheme), seed=args.seed, config=config,
+    cell = lg.train_cell(args.task, args.position, seed=args.seed, config=config,
                          checkpoint_dir=args.checkpoint_dir, resume=args.resume, progress=not args.quiet)
     if info.is_main:
         lo, hi = cell["train_lengths"]
+        show = sys.stderr if json_to_stdout(args) else sys.stdout  # `--json -`: stdout holds only the JSON
         print(f"{cell['task']} / {cell['scheme']}: trained {cell['steps']} steps on lengths {lo}–{hi} "
-              f"(final loss {cell['final_loss']:.4f}, {cell['seconds']:.0f} s)")
+              f"(final loss {cell['final_loss']:.4f}, {cell['seconds']:.0f} s)", file=show)
         gate = cell["gate"]
         print(f"convergence gate (held-out in-range exact match >= {gate['threshold']}): "
-              + (f"passed at step {gate['passed_at']}" if cell["learned"] else f"not passed ({gate['accuracy']:.3f})"))
-        print("length  accuracy")
+              + (f"passed at step {gate['passed_at']}" if cell["learned"] else f"not passed ({gate['accuracy']:.3f})"),
+              file=show)
+        print("length  accuracy", file=show)
         for n, acc in cell["accuracy"].items():
-            print(f"{n:>6}  {100 * acc:6.1f} %{'' if int(n) <= hi else '   (beyond training)'}")
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as handle:
-                json.dump(cell, handle, indent=1)
+            print(f"{n:>6}  {100 * acc:6.1f} %{'' if int(n) <= hi else '   (beyond training)'}", file=show)
+        write_json(args, cell)
     if info.world_size > 1:
         import torch.distributed as dist
 
@@ -52,12 +54,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train one model on a synthetic task (checkpoints, --resume)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="copy", help="copy, reverse, sort, addition or scan")
-    p.add_argument("--scheme", default="rope", help="a registered position scheme (aliases nope, absolute)")
-    p.add_argument("--seed", type=int, default=0)
+    add_position(p, default="rope", options=False)
+    add_seed(p, help="seed of the weights and the training data")
     p.add_argument("--quick", action="store_true", help="the small preset of `lengthgen --quick`")
     p.add_argument("--checkpoint-dir", default=None, help="save here (at the end, every --checkpoint-every, on Ctrl-C)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (0: at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir exactly")
-    p.add_argument("--json", default=None, help="write the result (accuracy by length, history) to this file")
+    add_json(p, help="write the result (accuracy by length, history) as JSON to FILE ('-': stdout)")
     add_cell_args(p)
     p.set_defaults(func=run)

@@ -5,7 +5,7 @@ A checkpoint is a ``.safetensors`` file, a sharded set described by a
 ``config.json`` and a vocabulary file). Anything that would need ``pickle`` —
 ``pytorch_model.bin``, ``.pt``/``.pth``/``.ckpt`` files, ``torch.save`` zip
 archives, raw pickle streams — is refused: unpickling a downloaded file can run
-arbitrary code (DESIGN.md: "never unpickle what a user downloaded").
+arbitrary code, so posenc never unpickles what a user downloaded.
 
 Every header is validated here, before the ``safetensors`` library maps the
 file, so that a truncated download, a malformed header or a missing tensor gets
@@ -274,9 +274,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     """Open a checkpoint safely: validate every header, read config and vocabulary; no tensor is read yet.
 
     Args:
-        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, or a
+        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, a
             folder holding either (with ``config.json`` and a vocabulary file
-            next to it when available).
+            next to it when available), or a llama.cpp ``.gguf`` file (config and
+            vocabulary from its metadata, tensors dequantised when read).
 
     Raises:
         FileNotFoundError: nothing at ``path``.
@@ -285,6 +286,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder")
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        from posenc.pretrained.gguf import inspect_checkpoint_of
+
+        return inspect_checkpoint_of(path)
     folder = path if path.is_dir() else path.parent
     weights = find_weights(path) if path.is_dir() else [path]
     entries: dict[str, TensorEntry] = {}

@@ -29,7 +29,7 @@ from posenc.lengthgen.config import CellConfig
 from posenc.positions import lookup, model_context
 from posenc.tasks import Example, Task, build_task, collate, correct, loss_sum, sequence_length
 from posenc.train import dist_info, step_generator, train
-from posenc.transformer import build_decoder_only, build_encoder_decoder
+from posenc.models import build_decoder_only, build_encoder_decoder
 
 TEST_SEED = 2_147_483_629  #: the test set, shared by every scheme and seed
 GATE_SEED = 2_147_483_587  #: the gate's held-out training-length set (disjoint draws from the test set's)
@@ -76,8 +76,8 @@ def position_options(scheme: str, config: CellConfig, *, max_len: int, train_len
     full = model_context(scheme, **shape, max_length=max_len, causal=config.framing == "decoder")
     options = {k: v for k, v in full.items() if k not in plain or plain[k] != v}  # what length/causality add
     if scheme == "t5":
-        exact = 8 if options.get("bidirectional") is False else 4  # T5: half (causal) or a quarter exact
-        options.update(num_buckets=16, max_distance=max(train_len, exact + 1))
+        # at least 9: beyond the 8 exact distances of the causal layout (an encoder–decoder's decoder is causal)
+        options.update(num_buckets=16, max_distance=max(train_len, 9))
     return {**options, **config.model.position_options}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from posenc.tasks import Task
 from posenc.tasks.framing import check_framing
 from posenc.train import TrainConfig
-from posenc.transformer import ModelConfig
+from posenc.models import ModelConfig
 
 #: The schemes of Kazemnejad et al. (2023), in their order (learned added: the table they left out).
 PAPER_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")

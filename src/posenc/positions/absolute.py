@@ -11,7 +11,9 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posenc.checks import check_values, compiling
 from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
+from posenc.positions.cache import TableCache
 
 
 def check_even(value: int, *, name: str, what: str) -> None:
@@ -76,20 +78,19 @@ class SinusoidalPositions(AdditiveScheme):
 
         Bit-for-bit ``encode(positions).to(dtype)`` (float64 formula, cast at the
         end), so ``add`` is one gather of T rows and one read-add-write of x.
-        Positions past ``TABLE_LIMIT`` are formed directly.
+        Served by ``TableCache`` keyed on (class, dim, base); positions past
+        ``TABLE_LIMIT``, and every call under ``torch.compile`` (sizing the table
+        reads a value), are formed directly.
         """
         positions = check_positions(positions).to(device)
-        if not positions.numel():
+        if compiling():
             return super().table(positions, dtype=dtype, device=device)
-        rows = max(256, 1 << int(positions.max()).bit_length())
-        if rows * self.dim > self.TABLE_LIMIT:
+        cache: TableCache = self.__dict__.setdefault("_table_cache", TableCache(limit=self.TABLE_LIMIT))
+        rows = cache.rows(positions, key=(type(self).__qualname__, self.dim, self.base), width=self.dim, dtype=dtype,
+                          build=lambda p: (super(SinusoidalPositions, self).table(p, dtype=dtype, device=device),))
+        if rows is None:
             return super().table(positions, dtype=dtype, device=device)
-        cache: dict[Any, tuple[tuple[int, float], Tensor]] = self.__dict__.setdefault("_table_cache", {})
-        key, stamp = (dtype, device), (self.dim, self.base)
-        entry = cache.get(key)
-        if entry is None or entry[0] != stamp or entry[1].shape[0] < rows:
-            entry = cache[key] = (stamp, super().table(torch.arange(rows, device=device), dtype=dtype, device=device))
-        return torch.nn.functional.embedding(positions, entry[1])  # (..., T, D)
+        return rows[0]  # (..., T, D)
 
     def options(self) -> dict[str, Any]:
         return {"dim": self.dim, "base": self.base}
@@ -126,12 +127,13 @@ class LearnedPositions(AdditiveScheme):
 
     def encode(self, positions: Tensor) -> Tensor:
         positions = check_positions(positions)
-        if positions.numel() and int(positions.max()) >= self.max_len:
-            raise ValueError(
-                f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
-                f"but position {int(positions.max())} was asked for; build it with a larger max_len "
-                "or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
-            )
+        fix = "build it with a larger max_len or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
+        check_values(
+            positions < self.max_len,
+            lambda: f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                    f"but position {int(positions.max())} was asked for; {fix}",
+            compiled_message=f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                             f"but a larger position was asked for; {fix}")
         return self.weight[positions.to(self.weight.device)]
 
     def max_position(self) -> int | None:

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from posenc.checks import check_values
 from posenc.positions.base import check_positions
 from posenc.positions.rotary import Pairing, RoPE, apply_rotary
 
@@ -70,15 +71,19 @@ class XPos(RoPE):
         """Largest position whose query and key scales are both normal numbers in ``dtype``."""
         info = torch.finfo(dtype)
         headroom = min(math.log(info.max), -math.log(info.tiny))
-        return int(headroom * self.scale_base / -math.log(float(self.zeta()[0])))
+        zeta0 = self.gamma / (1 + self.gamma)  # ζ_0, the fastest decay; plain float: no tensor read
+        return int(headroom * self.scale_base / -math.log(zeta0))
 
     def _scaled_rotation(self, x: Tensor, positions: Tensor, sign: float) -> Tensor:
         positions = self.check_input(x, positions)
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        if positions.numel() and int(positions.max()) > (limit := self.max_position_for(dtype)):
-            raise ValueError(
-                f"xpos: position {int(positions.max())} is beyond {limit}, where ζ^(±p/{self.scale_base:g}) leaves "
-                f"the {dtype} range; use a larger scale_base, float64 activations, or a scheme without decay (rope)")
+        limit = self.max_position_for(dtype)
+        fix = "use a larger scale_base, float64 activations, or a scheme without decay (rope)"
+        check_values(positions <= limit,
+                     lambda: f"xpos: position {int(positions.max())} is beyond {limit}, where "
+                             f"ζ^(±p/{self.scale_base:g}) leaves the {dtype} range; {fix}",
+                     compiled_message=f"xpos: a position is beyond {limit}, where ζ^(±p/{self.scale_base:g}) "
+                                      f"leaves the {dtype} range; {fix}")
         positions = positions.to(x.device)
         theta = self.angles(positions)
         scale = (sign * self.log_scale(positions)).exp()  # (..., T, P)
@@ -88,20 +93,19 @@ class XPos(RoPE):
         return apply_rotary(x, cos, sin, pairing=self.pairing)
 
     def rotate_one(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Not defined for xPos: queries and keys are scaled oppositely; use ``apply_query``/``apply_key``."""
+        """Not defined for xPos: queries and keys are scaled oppositely; use ``rotate_query``/``rotate_key``."""
         raise TypeError("xpos scales queries by ζ^(m/γ) and keys by ζ^(−n/γ): use rotate(q, k, q_pos, k_pos), "
-                        "apply_query(q, q_pos) or apply_key(k, k_pos)")
+                        "rotate_query(q, q_pos) or rotate_key(k, k_pos)")
 
-    def apply_query(self, q: Tensor, positions: Tensor) -> Tensor:
+    def rotate_query(self, q: Tensor, q_pos: Tensor) -> Tensor:
         """Rotate and scale queries (..., T, Dh) by ζ^(m/γ)."""
-        return self._scaled_rotation(q, positions, 1.0)
+        return self._scaled_rotation(q, q_pos, 1.0)
 
-    def apply_key(self, k: Tensor, positions: Tensor) -> Tensor:
+    def rotate_key(self, k: Tensor, k_pos: Tensor) -> Tensor:
         """Rotate and scale keys (..., T, Dh) by ζ^(−n/γ)."""
-        return self._scaled_rotation(k, positions, -1.0)
+        return self._scaled_rotation(k, k_pos, -1.0)
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        return self._scaled_rotation(q, q_pos, 1.0), self._scaled_rotation(k, k_pos, -1.0)
+    apply_query, apply_key = rotate_query, rotate_key  # the names xPos had before the scheme contract named them
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         """Scaled-rotated all-ones query at pos_i · key at pos_j: Σ_i 2·ζ_i^((m−n)/γ)·cos((m−n)θ_i) + (Dh − R)."""

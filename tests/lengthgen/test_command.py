@@ -10,20 +10,25 @@ from posenc.cli import main
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--position", ","], "--position ',' has an empty item"),
-    (["--position", "rope,"], "has an empty item"),
     (["--seeds", ""], "--seeds '' has an empty item"),
     (["--seeds", "0,x"], "--seeds takes integers, got 'x'"),
-    (["--position", "rope,rope"], "repeats rope"),
-    (["--position", "nope,none"], "names a scheme twice"),
     (["--seeds", "1,1"], "repeats 1"),
     (["--task", "copy,cpy"], "unknown task 'cpy'"),
-    (["--position", "xyz"], "unknown position scheme 'xyz'"),
     (["--jobs", "2", "--shard", "0/2"], "do not combine it with --shard"),
 ])
 def test_bad_lists_are_refused_with_exit_2(flags, message, capsys, tmp_path):
     assert main(["lengthgen", "--out", str(tmp_path), *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--position", ","], "give at least one position scheme name"),
+    (["--position", "xyz"], "unknown position scheme 'xyz'"),
+])
+def test_bad_positions_are_usage_errors(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lengthgen", *flags])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_bad_shard_is_a_usage_error(capsys):

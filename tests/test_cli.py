@@ -21,15 +21,16 @@ FLAGS = {
     "inspect": ["--head-tensor", "--json", "--list-tensors", "--max-positions", "--neighbours", "--out",
                 "--position-offset", "--position-tensor", "--rows", "--sample", "--seed", "--token-tensor", "--tokens"],
     "lab": ["--base", "--dim", "--json", "--length", "--only", "--out", "--quiet", "--seed"],
-    "lengthgen": ["--batch-size", "--dim", "--dropout", "--eval-examples", "--framing", "--fresh", "--heads", "--jobs",
-                  "--layers", "--lr", "--out", "--quick", "--quiet", "--report-only", "--scheme", "--seeds", "--shard",
-                  "--steps", "--task", "--test-max", "--threads", "--train-max"],
+    "lengthgen": ["--batch-size", "--dim", "--dropout", "--eval-every", "--eval-examples", "--framing", "--fresh",
+                  "--heads", "--jobs", "--layers", "--lr", "--out", "--position", "--quick", "--quiet", "--report-only",
+                  "--seeds", "--shard", "--steps", "--task", "--test-max", "--threads", "--threshold", "--train-max"],
     "perplexity": ["--device", "--dtype", "--json", "--max-tokens", "--pairing", "--quiet", "--stride", "--threads",
                    "--window"],
     "schemes": ["--dim", "--heads", "--json"],
     "train": ["--batch-size", "--checkpoint-dir", "--checkpoint-every", "--dim", "--dropout", "--eval-every",
               "--eval-examples", "--framing", "--heads", "--json", "--layers", "--lr", "--position", "--quick",
-              "--quiet", "--resume", "--seed", "--steps", "--task", "--test-max", "--threads", "--train-max"],
+              "--quiet", "--resume", "--seed", "--steps", "--task", "--test-max", "--threads", "--threshold",
+              "--train-max"],
     "translate": ["--threads"],
     "translate compare": ["--alpha", "--batch-tokens", "--beam", "--data", "--dim", "--dropout", "--eval-every",
                           "--eval-sentences", "--ffn-dim", "--heads", "--label-smoothing", "--layers", "--limit", "--lr",
@@ -51,7 +52,7 @@ FLAGS = {
 #: Spellings retired for the shared vocabulary (the README changelog lists each with its replacement).
 RETIRED = {"--scheme": "--position", "--no-progress": "--quiet", "--models": "--model/--position"}
 #: Commands that still use a retired spelling, and why (remove the entry when the command moves).
-PENDING = {"lengthgen": "--scheme becomes --position when lengthgen moves to its package (issue 15)"}
+PENDING: dict[str, str] = {}
 
 
 def commands(parser: argparse.ArgumentParser | None = None, prefix: str = "") -> dict[str, argparse.ArgumentParser]:

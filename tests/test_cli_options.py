@@ -1,6 +1,7 @@
 """The shared CLI flags: one spelling, one meaning, clear usage errors."""
 
 import argparse
+import re
 import json
 
 import pytest
@@ -35,10 +36,16 @@ def test_unknown_position_is_a_usage_error_listing_the_names(capsys):
     assert "'ropee'" in err and all(n in err for n in names())
 
 
-def test_many_positions_keep_order_drop_repeats_and_expand_all():
+def test_many_positions_keep_order_and_expand_all():
     p = parser(many=True, default=None)
-    assert p.parse_args(["--position", "rope,nope,none,alibi"]).position == ["rope", "none", "alibi"]
+    assert p.parse_args(["--position", "rope,nope,alibi"]).position == ["rope", "none", "alibi"]
     assert p.parse_args(["--position", "all"]).position == names()
+
+
+@pytest.mark.parametrize("text, fragment", [("rope,nope,none", "repeats ['none']"), ("rope,,alibi", "empty item")])
+def test_many_positions_refuse_repeats_and_empty_items(text, fragment):
+    with pytest.raises(argparse.ArgumentError, match=re.escape(fragment)):
+        parser(many=True, default=None).parse_args(["--position", text])
 
 
 def test_position_options_are_typed_and_repeatable():

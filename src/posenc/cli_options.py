@@ -59,13 +59,18 @@ def position_names(text: str) -> list[str]:
     """argparse type: a comma list of scheme names (or ``all``: every registered one), aliases resolved."""
     from posenc.positions import names
 
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
+    items = [t.strip() for t in text.split(",")]
+    if not any(items):
         raise argparse.ArgumentTypeError("give at least one position scheme name (or 'all')")
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"--position={text!r} has an empty item; give a comma list like 'rope,alibi'")
     if items == ["all"]:
         return names()
     resolved = [position_name(t) for t in items]
-    return list(dict.fromkeys(resolved))  # keep the order, drop repeats (nope,none)
+    repeated = sorted({r for r in resolved if resolved.count(r) > 1})
+    if repeated:  # after aliases: nope,none names one scheme twice
+        raise argparse.ArgumentTypeError(f"--position={text!r} repeats {repeated} (aliases resolved); give each once")
+    return resolved
 
 
 def option_value(text: str) -> Any:

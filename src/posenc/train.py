@@ -73,6 +73,7 @@ from posenc.validation import number, positive_int, seed
 BatchFn = Callable[[int, int, int], Any]
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, int | Tensor]]
 EvalFn = Callable[[nn.Module, int], dict[str, float]]
+StopFn = Callable[[dict[str, Any]], bool]
 
 #: TrainConfig fields that shape the trajectory: a resume must not change them.
 _TRAJECTORY_FIELDS = ("lr", "min_lr", "warmup_steps", "steps", "weight_decay", "betas", "eps", "grad_clip", "seed")
@@ -159,6 +160,7 @@ class TrainResult:
     checkpoint: str | None = None  #: last checkpoint written
     seconds: float = 0.0  #: wall time of this call
     tokens: int = 0  #: supervised tokens seen in this call (all ranks)
+    stopped_early: bool = False  #: ``stop_when`` said an evaluation was good enough before ``config.steps``
 
     @property
     def final_loss(self) -> float:
@@ -236,6 +238,15 @@ def _gather_rng(info: DistInfo) -> list[dict[str, Tensor]]:
     return out
 
 
+def _agree(info: DistInfo, decision: bool) -> bool:
+    """Rank 0's decision on every rank (only rank 0 evaluates)."""
+    if info.world_size == 1:
+        return decision
+    flag = torch.tensor([float(decision)], device=info.device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
+
+
 # -- Ctrl-C ------------------------------------------------------------------------
 @contextmanager
 def _stop_on_signal() -> Iterator[dict[str, bool]]:
@@ -310,6 +321,7 @@ def train(
     checkpoint_dir: str | os.PathLike[str] | None = None,
     resume: bool = False,
     extra_state: dict[str, Any] | None = None,
+    stop_when: StopFn | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``config.steps`` updates (see the module docstring for the three functions).
 
@@ -321,6 +333,8 @@ def train(
         resume: continue from the latest checkpoint in ``checkpoint_dir`` (it must exist);
             the continuation is exact: same weights as a run that never stopped.
         extra_state: JSON data stored in every checkpoint (e.g. the task and model options).
+        stop_when: called with each periodic evaluation (``{"step", **metrics}``); True ends training
+            there (e.g. a convergence gate: stop once held-out accuracy reaches a threshold).
 
     Returns:
         A TrainResult; ``interrupted`` is True after Ctrl-C/SIGTERM (state saved if a directory was given).
@@ -431,10 +445,13 @@ def train(
             bar.update(1)
             if config.eval_every and done % config.eval_every == 0 and done != config.steps:
                 run_eval(done)
+                if stop_when is not None and _agree(info, bool(evals) and stop_when(evals[-1])):
+                    result.stopped_early = True
+                    break
             if config.checkpoint_every and done % config.checkpoint_every == 0 and done != config.steps:
                 result.checkpoint = save(done)
         bar.close()
-        if not result.interrupted:
+        if not (result.interrupted or result.stopped_early):  # an early stop was just evaluated
             run_eval(result.step)
         result.checkpoint = save(result.step) or result.checkpoint
     result.seconds = time.perf_counter() - began

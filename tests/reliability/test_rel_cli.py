@@ -83,11 +83,11 @@ def test_json_output_is_strict(tmp_path):
 
 
 @pytest.mark.parametrize("argv, fragment", [
-    (("lengthgen", "--scheme", ",", "--quick", "--out", "-"), "--scheme=',' has an empty item"),
+    (("lengthgen", "--position", "rope,", "--quick", "--out", "-"), "--position='rope,' has an empty item"),
     (("lengthgen", "--seeds", "", "--quick", "--out", "-"), "--seeds is empty"),
     (("lengthgen", "--seeds", "0,0", "--quick", "--out", "-"), "repeats ['0']"),
-    (("lengthgen", "--scheme", "rope,rope", "--quick", "--out", "-"), "repeats ['rope']"),
-    (("lengthgen", "--scheme", "nope,none", "--quick", "--out", "-"), "repeats ['none']"),
+    (("lengthgen", "--position", "rope,rope", "--quick", "--out", "-"), "repeats ['rope']"),
+    (("lengthgen", "--position", "nope,none", "--quick", "--out", "-"), "repeats ['none']"),
     (("lengthgen", "--seeds", "abc", "--quick", "--out", "-"), "'abc' is not a valid value"),
     (("bench", "--suites", ""), "--suites is empty"),
     (("lab", "--only", ",", "--out", "-"), "--only=',' has an empty item"),

@@ -1,8 +1,20 @@
 """``posenc lengthgen``: which position scheme keeps working beyond its training length?
 
-Trains one model per (task, scheme, seed), evaluates exact match at every length
-up to about twice the training length, and writes results.json, results.md and
-accuracy.png. Runs the same under ``torchrun --nproc_per_node=N`` (data-parallel).
+Trains one model per (task, scheme, seed) until it learns the task on the
+training lengths (the convergence gate) or its step budget runs out, tests
+exact match at every length up to about twice the training length, and writes
+results.json, results.md and accuracy.png: per-cell Wilson intervals,
+bootstrap intervals over seeds and test examples, a paired-bootstrap ranking
+with ties, the convergence table and the reading of the published ranking.
+
+Examples::
+
+    posenc lengthgen --quick --jobs 2                       # pipeline check, minutes
+    posenc lengthgen --task copy,reverse --jobs 2           # 9 schemes × 3 seeds per task
+    posenc lengthgen --shard 0/4 --out part                 # … 1/4, 2/4, 3/4 elsewhere; copy cells/ together
+    posenc lengthgen --report-only --out part               # then the report of what is there
+
+Finished cells are never recomputed: the same command continues an interrupted grid.
 """
 
 from __future__ import annotations
@@ -13,19 +25,18 @@ import sys
 import time
 from typing import Any
 
-from posenc.commands.train import add_model_args, settings_from_args, set_threads
+from posenc.cli_options import add_out, add_position, add_quiet, add_threads, out_dir
+from posenc.validation import finite_float, int_at_least
+
+#: Most optimiser updates one cell may ask for: a larger --steps is a typo, not a plan.
+MAX_STEPS = 10**9
 
 
-def _csv(text: str, name: str = "list", convert: Any = str) -> list[Any]:
+def _csv(text: str, what: str) -> list[str]:
+    """A comma list with no empty or repeated items (posenc.validation.parse_list)."""
     from posenc.validation import parse_list
 
-    return parse_list(text, name, convert=convert)
-
-
-def _seed(text: str) -> int:
-    from posenc.validation import seed
-
-    return seed(int(text), "seed")
+    return parse_list(text, what)
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -33,111 +44,166 @@ def _shard(text: str) -> tuple[int, int]:
         index, count = (int(x) for x in text.split("/"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--shard takes INDEX/COUNT, e.g. 0/4, got {text!r}") from None
+    if not (count >= 1 and 0 <= index < count):
+        raise argparse.ArgumentTypeError(f"--shard {text}: need 0 <= INDEX < COUNT")
     return index, count
 
 
-def run(args: argparse.Namespace) -> int:
+def set_threads(threads: int | None) -> int:
+    """torch intra-op threads: ``threads``, else 1 (the models are tiny; use --jobs for more cores)."""
+    import torch
+
+    n = threads or 1
+    torch.set_num_threads(n)
+    return n
+
+
+def add_cell_args(p: argparse.ArgumentParser) -> None:
+    """Options of one cell, shared by ``train`` and ``lengthgen`` (unset ones keep the preset's value)."""
+    g = p.add_argument_group("model, training and gate (default: the preset)")
+    positive = int_at_least(1)
+    g.add_argument("--framing", choices=["decoder", "encoder-decoder"], default=None)
+    g.add_argument("--train-max", type=positive, default=None, help="longest training length")
+    g.add_argument("--test-max", type=positive, default=None, help="longest tested length")
+    g.add_argument("--steps", type=int_at_least(1, MAX_STEPS), default=None, help="step budget of a cell")
+    g.add_argument("--batch-size", type=positive, default=None)
+    g.add_argument("--lr", type=finite_float(above=0), default=None)
+    g.add_argument("--dim", type=positive, default=None)
+    g.add_argument("--heads", type=positive, default=None)
+    g.add_argument("--layers", type=positive, default=None)
+    g.add_argument("--dropout", type=finite_float(minimum=0, below=1), default=None)
+    g.add_argument("--eval-examples", type=positive, default=None, help="test examples per length")
+    g.add_argument("--eval-every", type=positive, default=None, help="convergence-gate check every N steps")
+    g.add_argument("--threshold", type=finite_float(above=0), default=None,
+                   help="gate: stop once held-out in-range exact match reaches this (default 0.99)")
+    add_threads(g, help="torch threads per process (default 1: the models are tiny; use --jobs for more cores)")
+    add_quiet(g)
+
+
+def config_from_args(args: argparse.Namespace, base: Any) -> Any:
+    """``base`` (a CellConfig) with the options given on the command line."""
+    return base.with_changes(
+        framing=args.framing, train_max=args.train_max, test_max=args.test_max, batch_size=args.batch_size,
+        eval_examples=args.eval_examples, threshold=args.threshold,
+        model={"dim": args.dim, "num_heads": args.heads, "num_layers": args.layers, "dropout": args.dropout},
+        train={"steps": args.steps, "lr": args.lr, "eval_every": args.eval_every})
+
+
+def grid_from_args(args: argparse.Namespace) -> Any:
     from posenc import lengthgen as lg
-    from posenc.positions import names
     from posenc.tasks import task_names
-    from posenc.train import init_distributed
 
-    info = init_distributed()
-    threads = set_threads(args.threads, info.world_size * max(1, args.jobs))
-    began = time.perf_counter()
-    meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-                            "machine": lg.machine_note(threads, args.jobs)}
-    if args.report_only:
-        cells = lg.load_cells(args.out)
-        meta["settings"] = cells[0].get("settings", {})
-        paths = lg.write_report(cells, args.out, meta)
-        print(f"report of {len(cells)} cells: {', '.join(str(p) for p in paths.values())}")
-        return 0
-    from posenc.validation import check_output
-
-    check_output(args.out, "--out", kind="dir")
     tasks = _csv(args.task, "--task")
     for t in tasks:
         if t not in task_names():
             raise ValueError(f"unknown task {t!r}; valid tasks: {', '.join(task_names())}")
-    schemes = names() if args.scheme == "all" else (
-        _csv(args.scheme, "--scheme") if args.scheme is not None else lg.default_schemes())
-    schemes = _csv(",".join(lg.resolve_scheme(s) for s in schemes), "--scheme (after aliases)")
+    schemes = args.position  # canonical names, aliases resolved, 'all' expanded (cli_options.position_names)
+    from posenc.validation import parse_list, seed
+
+    def one_seed(text: str) -> int:
+        try:
+            return seed(int(text), "--seeds")
+        except ValueError as err:
+            raise ValueError(f"--seeds takes integers, got {text!r}" if "int()" in str(err) else str(err)) from None
+
+    seeds = parse_list(args.seeds, "--seeds", convert=one_seed)
     base = lg.QUICK if args.quick else lg.DEFAULT
-    grid = lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(_csv(args.seeds, "--seeds", _seed)),
-                         settings=settings_from_args(args, base))
-    if info.is_main:
-        print(f"lengthgen: {len(grid.cells())} cells — tasks {tasks}, schemes {schemes}, seeds {list(grid.seeds)}; "
-              f"{threads} thread(s) × {info.world_size} process(es); writing to {args.out}")
-    if args.jobs > 1:
-        cells, finished = _run_jobs(args, grid)
-    else:
-        cells = lg.run_grid(grid, args.out, shard=args.shard, fresh=args.fresh, progress=not args.quiet,
-                            log=print if info.is_main else (lambda _: None))
-        finished = len(cells) == len([c for i, c in enumerate(grid.cells()) if i % args.shard[1] == args.shard[0]])
-    meta.update(wall_seconds=time.perf_counter() - began, settings=grid.settings.__dict__,
-                schemes=schemes, registered_schemes=names(), complete=finished)
-    if info.is_main and cells:
-        if args.shard[1] > 1:
-            print(f"shard {args.shard[0]}/{args.shard[1]} done; collect every shard's cells/ into one directory "
-                  "and run `posenc lengthgen --report-only --out DIR`")
-        else:
-            paths = lg.write_report(cells, args.out, meta)
-            print(f"wrote {', '.join(str(p) for p in paths.values())}  ({meta['wall_seconds']:.0f} s)")
-    if info.world_size > 1:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
-    return 0 if finished else 130
+    return lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(seeds),
+                         cell=config_from_args(args, base))
 
 
-def _run_jobs(args: argparse.Namespace, grid: Any) -> tuple[list[dict[str, Any]], bool]:
-    """Run the grid as ``args.jobs`` local processes (one shard each, one thread each), then collect."""
-    import subprocess
-    from dataclasses import asdict
+def run(args: argparse.Namespace) -> int:
+    from posenc.train import init_distributed
 
+    info = init_distributed()  # under torchrun every cell trains data-parallel; rank 0 writes
+    try:
+        return _run(args, is_main=info.is_main)
+    finally:
+        if info.world_size > 1:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _run(args: argparse.Namespace, *, is_main: bool) -> int:
     from posenc import lengthgen as lg
 
-    if args.shard != (0, 1):
-        raise ValueError("--jobs splits the whole grid into shards itself; do not combine it with --shard")
-    argv = ["lengthgen", "--task", ",".join(grid.tasks), "--scheme", ",".join(grid.schemes),
-            "--seeds", ",".join(map(str, grid.seeds)), "--out", str(args.out)]
-    argv += ["--quick"] * args.quick + ["--fresh"] * args.fresh
-    for flag in ("framing", "train_max", "test_max", "steps", "batch_size", "lr", "dim", "heads", "layers",
-                 "dropout", "eval_examples"):
-        if getattr(args, flag) is not None:
-            argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    threads = args.threads or 1
-    procs = [subprocess.Popen([sys.executable, "-m", "posenc.cli", *argv, "--shard", f"{i}/{args.jobs}",
-                               "--threads", str(threads), "--quiet"]) for i in range(args.jobs)]
-    try:
-        codes = [p.wait() for p in procs]
-    except KeyboardInterrupt:  # the children got the same Ctrl-C: let them save and stop
-        codes = [p.wait() for p in procs]
-    wanted = {lg.cell_name(*c) for c in grid.cells()}
-    settings = asdict(grid.settings)
-    cells = [c for c in lg.load_cells(args.out)
-             if lg.cell_name(c["task"], c["scheme"], c["seed"]) in wanted and c.get("settings") == settings]
-    order = {lg.cell_name(*c): i for i, c in enumerate(grid.cells())}
-    cells.sort(key=lambda c: order[lg.cell_name(c["task"], c["scheme"], c["seed"])])
-    return cells, all(code == 0 for code in codes) and len(cells) == len(wanted)
+    threads = set_threads(args.threads)
+    out = out_dir(args)
+    meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                            "machine": lg.machine_note(threads, args.jobs)}
+    grid = grid_from_args(args)
+    if out is not None and not args.report_only:
+        from posenc.validation import check_output
+
+        check_output(out, "--out", kind="dir")  # before any cell trains
+    if args.report_only:  # the report of the grid these options name, from the cells finished so far
+        if out is None:
+            raise ValueError("--report-only reads OUT/cells: give --out DIR, not -")
+        cells = lg.load_cells(out, grid)
+        have = {lg.cell_name(c["task"], c["scheme"], c["seed"]) for c in cells}
+        meta.update(config=grid.cell.identity(), expected=len(grid.cells()),
+                    missing=[lg.cell_name(*c) for c in grid.cells() if lg.cell_name(*c) not in have])
+        paths = lg.write_report(cells, out, meta)
+        print(f"report of {len(cells)} of {len(grid.cells())} cells: {', '.join(str(p) for p in paths.values())}")
+        return 0
+    if args.jobs > 1 and args.shard != (0, 1):
+        raise ValueError("--jobs splits the grid into shards itself; do not combine it with --shard")
+    if args.jobs > 1 and out is None:
+        raise ValueError("--jobs N gathers its processes' cells in OUT/cells: give --out DIR, not -")
+    todo = grid.shard(*args.shard)
+    if is_main:
+        print(f"lengthgen: {len(todo)} cells — tasks {list(grid.tasks)}, positions {list(grid.schemes)}, "
+              f"seeds {list(grid.seeds)}; {args.jobs} job(s) × {threads} thread(s); "
+              + (f"writing to {out}" if out else "writing no files"), flush=True)
+    began = time.perf_counter()
+    quiet = args.quiet or not is_main
+    log = (lambda _: None) if quiet else print
+    if args.jobs > 1:
+        lg.run_jobs(grid, out, jobs=args.jobs, fresh=args.fresh, threads=threads)
+        cells = lg.load_cells(out, grid)
+        wanted = grid.cells()
+    else:
+        cells = lg.run_grid(grid, out, shard=args.shard, fresh=args.fresh, progress=not quiet, log=log)
+        wanted = todo
+    have = {lg.cell_name(c["task"], c["scheme"], c["seed"]) for c in cells}
+    missing = [lg.cell_name(*c) for c in wanted if lg.cell_name(*c) not in have]
+    meta.update(wall_seconds=time.perf_counter() - began, config=grid.cell.identity(), expected=len(wanted),
+                missing=missing)
+    if not cells:
+        return 130
+    if not is_main:  # another rank of a torchrun: rank 0 reports
+        return 130 if missing else 0
+    if out is None:
+        print("\n".join(lg.headline(lg.summarise(cells))))
+    elif args.shard[1] > 1:
+        print(f"shard {args.shard[0]}/{args.shard[1]}: {len(cells)} cells in {out}/cells; when every shard is done, "
+              f"copy the cells/ folders together and run `posenc lengthgen --report-only --out DIR`")
+    else:
+        paths = lg.write_report(cells, out, meta)
+        print(f"wrote {', '.join(str(p) for p in paths.values())}  ({meta['wall_seconds']:.0f} s)")
+    if missing:
+        print(f"{len(missing)} cell(s) not finished ({', '.join(missing[:5])}{' …' if len(missing) > 5 else ''}); "
+              "run the same command again to continue", file=sys.stderr)
+        return 130
+    return 0
 
 
 def register(sub: Any) -> None:
+    from posenc.lengthgen import SCHEMES, TASKS
+
     p = sub.add_parser("lengthgen", help="length-generalisation benchmark across position schemes",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="copy,reverse", help="comma list of tasks: copy,reverse,sort,addition,scan")
-    p.add_argument("--scheme", default=None,
-                   help="comma list of schemes (aliases nope=none, absolute=sinusoidal), or 'all'; "
-                        "default: the paper's schemes that are registered (none,sinusoidal,learned,rope,alibi,t5)")
-    p.add_argument("--seeds", default="0", help="comma list of seeds, e.g. 0,1,2")
-    p.add_argument("--quick", action="store_true", help="a small grid that runs in a few minutes on 2 cores")
-    p.add_argument("--out", default="lengthgen-report", help="output directory (cells/, checkpoints/, report)")
+    p.add_argument("--task", default=",".join(TASKS), help=f"comma list of tasks (default {','.join(TASKS)})")
+    add_position(p, default=",".join(SCHEMES), many=True, options=False)
+    p.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default 0,1,2)")
+    p.add_argument("--quick", action="store_true", help="a small preset that runs in minutes on 2 cores")
+    add_out(p, default="lengthgen-report", help="output folder: cells/, checkpoints/ of running cells, the report")
     p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
-                   help="run only cells i, i+N, … (split a grid across machines; then --report-only)")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="run the grid as N local processes (one shard and thread each), then write one report")
-    p.add_argument("--report-only", action="store_true", help="only (re)write the report from OUT/cells")
+                   help="run only cells I, I+N, … (split a grid across machines; then --report-only)")
+    p.add_argument("--jobs", type=int_at_least(1, 256), default=1, help="run the grid as N local processes, then one report")
+    p.add_argument("--report-only", action="store_true",
+                   help="only (re)write the report of this grid from the cells finished in OUT/cells")
     p.add_argument("--fresh", action="store_true", help="retrain cells already finished in OUT")
-    add_model_args(p)
+    add_cell_args(p)
     p.set_defaults(func=run)

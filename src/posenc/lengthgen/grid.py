@@ -1,0 +1,176 @@
+"""The grid: every (task, scheme, seed) cell, in shards, on several processes, resumable.
+
+Each finished cell is written at once, atomically, to ``OUT/cells/<task>-<scheme>-seed<N>.json``
+with the :class:`~posenc.lengthgen.config.CellConfig` that produced it. A later run with the same
+config never recomputes it, so a grid can be stopped (Ctrl-C saves the running cell's checkpoint
+in ``OUT/checkpoints/``), resumed, split across machines with ``shard=(i, n)`` — cells i, i + n, …
+— and merged by copying the ``cells/`` folders together.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc.checkpoint import atomic_write_text
+from posenc.lengthgen.cell import train_cell
+from posenc.lengthgen.config import DEFAULT, SCHEMES, CellConfig
+from posenc.train import dist_info
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridConfig:
+    """Which cells to run: every (task, scheme, seed) with one CellConfig."""
+
+    tasks: tuple[str, ...] = ("copy", "reverse")
+    schemes: tuple[str, ...] = SCHEMES
+    seeds: tuple[int, ...] = (0, 1, 2)
+    cell: CellConfig = field(default_factory=lambda: DEFAULT)
+
+    def cells(self) -> list[tuple[str, str, int]]:
+        """Every cell, seeds innermost (so a shard of a partial run still covers schemes evenly)."""
+        return [(t, s, seed) for t in self.tasks for seed in self.seeds for s in self.schemes]
+
+    def shard(self, index: int, count: int) -> list[tuple[str, str, int]]:
+        """Cells index, index + count, … of :meth:`cells`."""
+        check_shard(index, count)
+        return self.cells()[index::count]
+
+
+def check_shard(index: int, count: int) -> None:
+    if not (count >= 1 and 0 <= index < count):
+        raise ValueError(f"shard must be INDEX/COUNT with 0 <= INDEX < COUNT, got {index}/{count}")
+
+
+def cell_name(task: str, scheme: str, seed: int) -> str:
+    return f"{task}-{scheme}-seed{seed}"
+
+
+def cell_file(out_dir: str | os.PathLike[str], task: str, scheme: str, seed: int) -> Path:
+    return Path(out_dir) / "cells" / f"{cell_name(task, scheme, seed)}.json"
+
+
+def finished(out_dir: str | os.PathLike[str], task: str, scheme: str, seed: int, config: CellConfig) -> dict | None:
+    """The saved result of this cell if it was finished with the same config, else None."""
+    path = cell_file(out_dir, task, scheme, seed)
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    return saved if same_config(saved.get("config"), config.identity()) else None
+
+
+def same_config(saved: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """Every setting the saved cell recorded equals today's (settings added to the configs since are ignored,
+    so a library update that adds a field at its old behaviour does not void finished cells)."""
+    if not isinstance(saved, dict):
+        return False
+    for key, value in saved.items():
+        if key not in now:
+            return False
+        if isinstance(value, dict) and isinstance(now[key], dict):
+            if not same_config(value, now[key]):
+                return False
+        elif value != now[key]:
+            return False
+    return True
+
+
+def run_grid(
+    grid: GridConfig,
+    out_dir: str | os.PathLike[str] | None,
+    *,
+    shard: tuple[int, int] = (0, 1),
+    fresh: bool = False,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Run this shard's cells, skipping those already finished with the same config (unless ``fresh``).
+
+    ``out_dir`` None: keep nothing on disk (no resume). Returns the shard's finished cells (an
+    interrupted run returns those it has; run it again to go on).
+    """
+    root = None if out_dir is None else Path(out_dir)
+    info = dist_info()
+    todo = grid.shard(*shard)
+    results = []
+    for number, (task, scheme, seed) in enumerate(todo, 1):
+        name = cell_name(task, scheme, seed)
+        saved = None if fresh or root is None else finished(root, task, scheme, seed, grid.cell)
+        if saved is not None:
+            log(f"[{number}/{len(todo)}] {name}: done earlier, kept")
+            results.append(saved)
+            continue
+        ckpt = None if root is None else root / "checkpoints" / name
+        resume = ckpt is not None and (ckpt / "latest").exists() and not fresh
+        log(f"[{number}/{len(todo)}] {name}: training" + (" (resuming)" if resume else ""))
+        cell = train_cell(task, scheme, seed=seed, config=grid.cell, checkpoint_dir=ckpt, resume=resume,
+                          progress=progress)
+        if cell["interrupted"]:
+            log(f"{name}: interrupted; run the same command again to continue")
+            break
+        cell["config"] = grid.cell.identity()
+        if info.is_main and root is not None:
+            path = cell_file(root, task, scheme, seed)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, json.dumps(cell, indent=1))
+            shutil.rmtree(ckpt, ignore_errors=True)  # type: ignore[arg-type]  # the JSON is the result; the weights are not kept
+        gate = f"learned at step {cell['gate']['passed_at']}" if cell["learned"] else \
+            f"NOT learned (gate {cell['gate']['accuracy']:.3f} after {cell['steps']} steps)"
+        log(f"    {name}: {gate}; in-range {cell['in_range']:.3f} beyond {cell['beyond']:.3f} "
+            f"({cell['seconds']:.0f} s, {cell['cpu_seconds']:.0f} s CPU)")
+        results.append(cell)
+    return results
+
+
+def _worker(grid: GridConfig, out_dir: str, shard: tuple[int, int], fresh: bool, threads: int) -> int:
+    torch.set_num_threads(threads)
+    label = f"[shard {shard[0]}/{shard[1]}] "
+    cells = run_grid(grid, out_dir, shard=shard, fresh=fresh, log=lambda s: print(label + s, flush=True))
+    return len(cells)
+
+
+def run_jobs(grid: GridConfig, out_dir: str | os.PathLike[str], *, jobs: int, fresh: bool = False,
+             threads: int = 1) -> None:
+    """Run the grid as ``jobs`` local processes, one shard each (``threads`` torch threads each)."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(grid, str(out_dir), (i, jobs), fresh, threads)) for i in range(jobs)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join()
+    except KeyboardInterrupt:  # the children got the same Ctrl-C: let them save and stop
+        for p in procs:
+            p.join()
+
+
+def load_cells(out_dir: str | os.PathLike[str], grid: GridConfig | None = None) -> list[dict[str, Any]]:
+    """Finished cells under ``out_dir/cells`` (merged shards); with ``grid``, only its cells, in its order."""
+    folder = Path(out_dir) / "cells"
+    cells = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
+    if grid is not None:
+        order = {cell_name(*c): i for i, c in enumerate(grid.cells())}
+        ident = grid.cell.identity()
+        cells = [c for c in cells if cell_name(c["task"], c["scheme"], c["seed"]) in order
+                 and same_config(c.get("config"), ident)]
+        cells.sort(key=lambda c: order[cell_name(c["task"], c["scheme"], c["seed"])])
+    if not cells:
+        raise FileNotFoundError(f"no finished cells in {folder}")
+    return cells
+
+
+def machine_note(threads: int, jobs: int = 1) -> dict[str, Any]:
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "torch_threads_per_process": threads, "jobs": jobs,
+            "torch": torch.__version__, "python": platform.python_version(), "world_size": dist_info().world_size}

@@ -1,0 +1,76 @@
+"""The grid: shards merged equal one run, and a resumed grid never recomputes a finished cell."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from posenc.lengthgen import QUICK, GridConfig, load_cells, run_grid, summarise
+from posenc.lengthgen import grid as grid_module
+
+TINY = QUICK.with_changes(train_max=2, test_max=3, gate_examples=2, eval_examples=3, batch_size=4,
+                          model={"dim": 16, "num_heads": 2, "num_layers": 1},
+                          train={"steps": 4, "eval_every": 2, "warmup_steps": 1})
+GRID = GridConfig(tasks=("copy",), schemes=("none", "rope"), seeds=(0,), cell=TINY)
+TIMING = ("seconds", "cpu_seconds")
+
+
+def _results(cells):
+    return [{k: v for k, v in c.items() if k not in TIMING} for c in cells]
+
+
+def test_shards_merged_equal_a_single_run(tmp_path):
+    run_grid(GRID, tmp_path / "one", log=lambda _: None)
+    for i in range(2):
+        run_grid(GRID, tmp_path / f"part{i}", shard=(i, 2), log=lambda _: None)
+    merged = tmp_path / "merged" / "cells"
+    merged.mkdir(parents=True)
+    for i in range(2):
+        for f in (tmp_path / f"part{i}" / "cells").glob("*.json"):
+            shutil.copy(f, merged / f.name)
+    single, parts = load_cells(tmp_path / "one", GRID), load_cells(tmp_path / "merged", GRID)
+    assert len(single) == 2 and _results(parts) == _results(single)
+    assert summarise(_results(parts), replicates=100) == summarise(_results(single), replicates=100)
+    assert not (tmp_path / "one" / "checkpoints" / "copy-none-seed0").exists()  # weights not kept once saved
+
+
+def test_shards_partition_the_cells():
+    grid = GridConfig(tasks=("copy", "sort"), schemes=("none", "rope"), seeds=(0, 1), cell=TINY)
+    shards = [grid.shard(i, 3) for i in range(3)]
+    assert sorted(c for s in shards for c in s) == sorted(grid.cells()) and sum(map(len, shards)) == 8
+    with pytest.raises(ValueError, match="0 <= INDEX < COUNT"):
+        grid.shard(3, 3)
+
+
+def test_resume_skips_finished_cells_and_retrains_only_what_is_missing(tmp_path, monkeypatch):
+    first = run_grid(GRID, tmp_path, log=lambda _: None)
+    (tmp_path / "cells" / "copy-rope-seed0.json").unlink()  # as if the run had stopped before this cell
+    trained = []
+    real = grid_module.train_cell
+
+    def counting(task, scheme, **kw):
+        trained.append((task, scheme, kw["seed"]))
+        return real(task, scheme, **kw)
+
+    monkeypatch.setattr(grid_module, "train_cell", counting)
+    again = run_grid(GRID, tmp_path, log=lambda _: None)
+    assert trained == [("copy", "rope", 0)]
+    assert _results(again) == _results(first)
+    trained.clear()
+    run_grid(GRID, tmp_path, log=lambda _: None)
+    assert trained == []  # everything finished: nothing recomputed
+    # a different config is a different experiment: its cells are trained anew
+    changed = GridConfig(tasks=("copy",), schemes=("none",), seeds=(0,), cell=TINY.with_changes(batch_size=5))
+    run_grid(changed, tmp_path, log=lambda _: None)
+    assert trained == [("copy", "none", 0)]
+
+
+def test_same_config_ignores_settings_added_later_but_not_changed_ones():
+    saved = TINY.identity()
+    now = TINY.identity()
+    now["model"]["new_field"] = "its old behaviour"
+    assert grid_module.same_config(saved, now)
+    now["model"]["dim"] = 32
+    assert not grid_module.same_config(saved, now)
+    assert not grid_module.same_config(None, now)

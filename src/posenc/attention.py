@@ -17,8 +17,13 @@ Masks (all optional, combined):
 A row whose keys are all masked gets uniform weights over the masked keys
 instead of NaN (d2l semantics); callers drop such rows.
 
-Shape legend: B batch, H heads, Tq query length, Tk key length,
-D model width, Dh = D / H head width.
+Grouped-query attention (Ainslie et al., 2023): with ``num_kv_heads`` < H,
+each key/value head serves H / Hkv consecutive query heads (HF's
+``repeat_kv`` order); ``num_kv_heads=1`` is multi-query attention (Shazeer,
+2019). Keys and values are projected, rotated and cached with Hkv heads only.
+
+Shape legend: B batch, H query heads, Hkv key/value heads, Tq query length,
+Tk key length, D model width, Dh head width (D / H unless given).
 """
 
 from __future__ import annotations
@@ -41,8 +46,8 @@ class KVCache:
     output and reused at every step.
     """
 
-    k: Tensor | None = None  # (B, H, Tk, Dh)
-    v: Tensor | None = None  # (B, H, Tk, Dh)
+    k: Tensor | None = None  # (B, Hkv, Tk, Dh)
+    v: Tensor | None = None  # (B, Hkv, Tk, Dh)
     positions: Tensor | None = None  # (Tk,) or (B, Tk)
     static: bool = False
 
@@ -115,17 +120,24 @@ def build_mask(
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head scaled dot-product attention (Vaswani et al., 2017, §3.2.2).
+    """Multi-head scaled dot-product attention (Vaswani et al., 2017, §3.2.2), optionally grouped-query.
 
     Reference used to verify: ``torch.nn.MultiheadAttention`` with the same
-    weights (self and cross, with masks). Runs through
+    weights (self and cross, with masks); HF ``transformers`` Llama / Qwen2
+    attention for grouped-query heads and q/k/v biases. Runs through
     ``F.scaled_dot_product_attention`` unless weights are asked for.
 
     Args:
         dim: model width D (queries, output).
-        num_heads: H; D must be divisible by H.
+        num_heads: H query heads; D must be divisible by H unless ``head_dim`` is given.
+        num_kv_heads: Hkv key/value heads (grouped-query attention); H must be a
+            multiple of it; 1 is multi-query attention; default H.
+        head_dim: Dh, default D / H (Mistral-Nemo-style models use another width).
         kv_dim: width of the key/value source (cross-attention), default D.
-        bias: biases in the four projections.
+        bias: biases in the q, k and v projections (and the output projection
+            unless ``out_bias`` says otherwise).
+        out_bias: bias in the output projection, default ``bias`` (Qwen2: q/k/v
+            biases, none on the output).
         dropout: dropout on attention weights during training.
         position: the scheme whose rotation/bias hooks act here (default none);
             cross-attention normally has none.
@@ -136,26 +148,35 @@ class MultiHeadAttention(nn.Module):
         *,
         dim: int,
         num_heads: int,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
         kv_dim: int | None = None,
         bias: bool = True,
+        out_bias: bool | None = None,
         dropout: float = 0.0,
         position: PositionScheme | None = None,
     ) -> None:
         super().__init__()
-        if num_heads <= 0 or dim % num_heads:
-            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        if num_heads <= 0 or (head_dim is None and dim % num_heads):
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads} (or pass head_dim)")
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_kv_heads <= 0 or num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} must be a positive multiple of num_kv_heads={num_kv_heads}")
+        head_dim = dim // num_heads if head_dim is None else head_dim
+        if head_dim <= 0:
+            raise ValueError(f"head_dim must be positive, got {head_dim}")
         kv_dim = dim if kv_dim is None else kv_dim
-        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
+        self.dim, self.num_heads, self.num_kv_heads, self.head_dim = dim, num_heads, num_kv_heads, head_dim
         self.dropout = dropout
-        self.q_proj = nn.Linear(dim, dim, bias=bias)
-        self.k_proj = nn.Linear(kv_dim, dim, bias=bias)
-        self.v_proj = nn.Linear(kv_dim, dim, bias=bias)
-        self.out_proj = nn.Linear(dim, dim, bias=bias)
+        self.q_proj = nn.Linear(dim, num_heads * head_dim, bias=bias)
+        self.k_proj = nn.Linear(kv_dim, num_kv_heads * head_dim, bias=bias)
+        self.v_proj = nn.Linear(kv_dim, num_kv_heads * head_dim, bias=bias)
+        self.out_proj = nn.Linear(num_heads * head_dim, dim, bias=bias if out_bias is None else out_bias)
         self.position = position if position is not None else NoPosition()
 
-    def _heads(self, x: Tensor) -> Tensor:
+    def _heads(self, x: Tensor, heads: int) -> Tensor:
         b, t, _ = x.shape
-        return x.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
 
     def forward(
         self,
@@ -188,7 +209,7 @@ class MultiHeadAttention(nn.Module):
         self_attention = context is None
         offset = cache.length if (cache is not None and self_attention) else 0
         q_pos = default_positions(q_len, offset=offset, device=x.device) if q_pos is None else check_positions(q_pos, name="q_pos")
-        q = self._heads(self.q_proj(x))  # (B, H, Tq, Dh)
+        q = self._heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
 
         if cache is not None and cache.static and cache.k is not None:
             k, v, k_pos = cache.k, cache.v, cache.positions
@@ -198,8 +219,8 @@ class MultiHeadAttention(nn.Module):
         else:
             source = x if self_attention else context
             assert source is not None
-            k = self._heads(self.k_proj(source))  # (B, H, Tk, Dh)
-            v = self._heads(self.v_proj(source))
+            k = self._heads(self.k_proj(source), self.num_kv_heads)  # (B, Hkv, Tk, Dh)
+            v = self._heads(self.v_proj(source), self.num_kv_heads)
             if k_pos is None:
                 k_pos = q_pos if self_attention else default_positions(source.shape[1], device=x.device)
             k_pos = check_positions(k_pos, name="k_pos")
@@ -218,11 +239,15 @@ class MultiHeadAttention(nn.Module):
         plain_causal = (causal and q_len == k_len and valid_lens is None and key_padding_mask is None
                         and bias is None and not need_weights)
         allowed = None if plain_causal else build_mask(
-            batch=batch, q_len=q_len, k_len=k_len, valid_lens=valid_lens,
-            key_padding_mask=key_padding_mask, causal=causal, device=x.device,
+            batch=batch, q_len=q_len, k_len=k_len, valid_lens=valid_lens, key_padding_mask=key_padding_mask,
+            causal=causal and q_len > 1,  # one query is the last position: it sees every key, nothing to mask
+            device=x.device,
         )
 
+        groups = self.num_heads // self.num_kv_heads
         if need_weights:
+            if groups > 1:  # each kv head serves `groups` consecutive query heads
+                k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, Tk, Dh)
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
             if bias is not None:
                 scores = scores + bias.to(scores.dtype)
@@ -242,7 +267,10 @@ class MultiHeadAttention(nn.Module):
                 fill = torch.finfo(q.dtype).min
                 base = attn_mask if attn_mask is not None else torch.zeros((), dtype=q.dtype, device=q.device)
                 attn_mask = torch.where(allowed, base, torch.tensor(fill, dtype=q.dtype, device=q.device))
+            # enable_gqa reads each kv head for its query group without materialising the repeat: measured on
+            # CPU (1 thread, 9/3 heads, Dh 64) as fast as repeat_interleave + SDPA at 2,048 tokens, 1.1× at 512,
+            # and 2–7× faster for one decoding query
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout,
-                                                 is_causal=plain_causal)
-        out = out.transpose(1, 2).reshape(batch, q_len, self.dim)  # (B, Tq, D)
+                                                 is_causal=plain_causal, enable_gqa=groups > 1)
+        out = out.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)  # (B, Tq, H·Dh)
         return self.out_proj(out), weights

@@ -31,14 +31,13 @@ Rotary models keep no position table: their angles come from ``config.json``
 
 from __future__ import annotations
 
-import inspect as pyinspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from posenc.inspect.safeload import Checkpoint, CheckpointError, to_float64
-from posenc.positions import PositionScheme, build, names
+from posenc.positions import PositionScheme, build, names, option_names
 
 ROLE_SUFFIXES: dict[str, tuple[str, ...]] = {
     "position": ("wpe.weight", "embeddings.position_embeddings.weight", "embed_positions.weight",
@@ -259,9 +258,7 @@ def rope_from_config(cfg: dict[str, Any]) -> tuple[PositionScheme, dict[str, Any
         for candidate in (f"rope-{rope_type}", f"rope_{rope_type}", rope_type):
             if candidate not in names():
                 continue
-            from posenc.positions import lookup
-
-            accepted = set(pyinspect.signature(lookup(candidate).__init__).parameters) - {"self"}
+            accepted = set(option_names(candidate))
             opts = {k: v for k, v in {**base_opts, **settings["scaling"]}.items() if k in accepted}
             try:
                 scheme = build(candidate, dim=dim, num_heads=heads, **opts)

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import inspect
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,7 +19,7 @@ from tqdm import tqdm
 from posenc.lab import article000, article002, article003  # noqa: F401
 from posenc.lab.core import EXPERIMENTS, Finding, LabConfig
 from posenc.lab.measures import scheme_properties
-from posenc.positions import build, lookup, names
+from posenc.positions import build, lookup, names, option_names
 
 __all__ = ["EXPERIMENTS", "Finding", "LabConfig", "experiment_ids", "property_table", "run_lab"]
 
@@ -75,8 +74,7 @@ def property_table(cfg: LabConfig, *, progress: bool = False) -> list[dict[str, 
     rows = []
     for name in tqdm(names(), desc="properties", unit="scheme", disable=not progress, leave=False):
         try:
-            cls = lookup(name)
-            options = {"base": cfg.base} if "base" in inspect.signature(cls.__init__).parameters else {}
+            options = {"base": cfg.base} if "base" in option_names(name) else {}
             torch.manual_seed(cfg.seed)  # learned tables: the same random rows every run
             scheme = build(name, dim=cfg.dim, num_heads=heads, **options)
             rows.append(scheme_properties(scheme, length=cfg.length))

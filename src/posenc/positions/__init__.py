@@ -1,9 +1,17 @@
-"""Position schemes: the three families of DESIGN.md and a registry to build them by name.
+"""Position schemes — additive, rotary and bias families — and the registry that builds them by name.
 
->>> from posenc.positions import build, names
+The registry is the one place that knows how a model and a scheme meet: a
+model says what it is (width, heads, longest sequence, causal or not) and each
+scheme takes from that what it needs (``PositionScheme.context_args``); the
+scheme's own options come on top. Aliases (``nope`` → ``none``, ``absolute`` →
+``sinusoidal``) are resolved here, so every command accepts the same names.
+
+>>> from posenc.positions import build, canonical, names
 >>> rope = build("rope", dim=64, num_heads=4, base=10000.0, pairing="interleaved")
 >>> rope.family, rope.head_dim
 ('rotary', 16)
+>>> canonical("nope"), build("t5", dim=64, num_heads=4, causal=True).bidirectional
+('none', False)
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from posenc.positions.absolute import (
 from posenc.positions.base import (
     AdditiveScheme,
     BiasScheme,
+    ModelContext,
     NoPosition,
     PositionScheme,
     RotaryScheme,
@@ -46,60 +55,90 @@ from posenc.positions.rotary_scaling import (
 from posenc.positions.xpos import XPos
 
 _REGISTRY: dict[str, type[PositionScheme]] = {}
+#: Other spellings accepted wherever a scheme is named: alias → registered name.
+_ALIASES: dict[str, str] = {"nope": "none", "absolute": "sinusoidal"}
 
 
 def register(cls: type[PositionScheme]) -> type[PositionScheme]:
     """Class decorator: make a scheme buildable by its ``name``."""
     if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
         raise ValueError(f"position scheme name {cls.name!r} is already registered by {_REGISTRY[cls.name].__name__}")
+    if cls.name in _ALIASES:
+        raise ValueError(f"position scheme name {cls.name!r} is already an alias of {_ALIASES[cls.name]!r}")
     _REGISTRY[cls.name] = cls
     return cls
 
 
 def names() -> list[str]:
-    """Every registered scheme name, sorted."""
+    """Every registered (canonical) scheme name, sorted; aliases are in ``aliases()``."""
     return sorted(_REGISTRY)
 
 
-def lookup(name: str) -> type[PositionScheme]:
-    """The class registered under ``name``; unknown names raise with the valid list."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise ValueError(f"unknown position scheme {name!r}; valid names: {', '.join(names())}") from None
+def aliases() -> dict[str, str]:
+    """Every accepted alias and the registered name it stands for."""
+    return dict(sorted(_ALIASES.items()))
 
 
-def model_context(cls: type[PositionScheme], *, dim: int, num_heads: int) -> dict[str, Any]:
-    """The constructor arguments a model supplies to a scheme of ``cls``'s family."""
-    if num_heads <= 0 or dim % num_heads:
-        raise ValueError(f"dim={dim} must be a positive multiple of num_heads={num_heads}")
-    context: dict[str, Any] = {
-        "additive": {"dim": dim - cls.extra_width},
-        "rotary": {"head_dim": dim // num_heads},
-        "bias": {"num_heads": num_heads, "head_dim": dim // num_heads},  # head_dim: q-dependent biases (Shaw)
-        "none": {},
-    }[cls.family]
-    accepted = inspect.signature(cls.__init__).parameters
-    return {k: v for k, v in context.items() if k in accepted}
-
-
-def build(name: str, *, dim: int, num_heads: int, **options: Any) -> PositionScheme:
-    """Build the scheme ``name`` for a model of width ``dim`` with ``num_heads`` heads.
-
-    The model supplies what the family needs (width for additive schemes,
-    head width for rotary ones, head count for bias ones); ``options`` are the
-    scheme's own keyword arguments and override those.
+def canonical(name: str) -> str:
+    """The registered name for ``name`` (itself, or what an alias stands for).
 
     Raises:
-        ValueError: unknown name, or an option the scheme does not take.
+        ValueError: ``name`` is neither registered nor an alias; the message lists both.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a position scheme name must be a string, got {type(name).__name__}")
+    real = _ALIASES.get(name, name)
+    if real not in _REGISTRY:
+        known = ", ".join(f"{a} (= {b})" for a, b in aliases().items())
+        raise ValueError(f"unknown position scheme {name!r}; valid names: {', '.join(names())}; aliases: {known}")
+    return real
+
+
+def lookup(name: str) -> type[PositionScheme]:
+    """The class registered under ``name`` (or the alias ``name``); unknown names raise with the valid list."""
+    return _REGISTRY[canonical(name)]
+
+
+def option_names(name: str) -> list[str]:
+    """Every keyword argument the scheme ``name`` takes, including those the model supplies.
+
+    The one place that reads a scheme's constructor signature: callers ask this
+    (e.g. to pass only the settings of a checkpoint's config a scheme knows).
+    """
+    params = inspect.signature(lookup(name).__init__).parameters
+    return [p for p, param in params.items() if p != "self" and param.kind == param.KEYWORD_ONLY]
+
+
+def model_context(
+    name: str, *, dim: int, num_heads: int, max_length: int | None = None, causal: bool = False,
+) -> dict[str, Any]:
+    """The constructor arguments a model of this shape supplies to the scheme ``name``."""
+    ctx = ModelContext(dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
+    return lookup(name).context_args(ctx)
+
+
+def build(
+    name: str, *, dim: int, num_heads: int, max_length: int | None = None, causal: bool = False, **options: Any,
+) -> PositionScheme:
+    """Build the scheme ``name`` (or an alias) for a model of width ``dim`` with ``num_heads`` heads.
+
+    The model supplies what the scheme needs (``PositionScheme.context_args``):
+    width for additive schemes, head width for rotary ones, head count for bias
+    ones; ``max_length`` as a learned table's row count; ``causal`` as T5's
+    one-directional buckets. ``options`` are the scheme's own keyword arguments
+    and override those.
+
+    Raises:
+        ValueError: unknown name, an option the scheme does not take, or a model
+            shape that does not fit (width not a multiple of the head count).
     """
     cls = lookup(name)
-    params = inspect.signature(cls.__init__).parameters
-    valid = [p for p in params if p != "self"]
+    valid = option_names(name)
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise ValueError(f"position scheme {name!r} takes no option(s) {unknown}; valid options: {valid}")
-    return cls(**{**model_context(cls, dim=dim, num_heads=num_heads), **options})
+    context = model_context(name, dim=dim, num_heads=num_heads, max_length=max_length, causal=causal)
+    return cls(**{**context, **options})
 
 
 for _cls in (
@@ -126,6 +165,7 @@ __all__ = [
     "LinearRoPE",
     "Llama3RoPE",
     "LongRoPE",
+    "ModelContext",
     "NTKRoPE",
     "NaiveIndexPositions",
     "NoPosition",
@@ -142,14 +182,17 @@ __all__ = [
     "XPos",
     "YaRNRoPE",
     "alibi_slopes",
+    "aliases",
     "apply_rotary",
     "build",
+    "canonical",
     "check_positions",
     "convert_qk_weight",
     "default_positions",
     "lookup",
     "model_context",
     "names",
+    "option_names",
     "pairing_permutation",
     "register",
     "sinusoid_table",

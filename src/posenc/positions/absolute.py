@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc.positions.base import AdditiveScheme, check_positions
+from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
 
 
 def check_even(value: int, *, name: str, what: str) -> None:
@@ -117,6 +117,12 @@ class LearnedPositions(AdditiveScheme):
         self.init_std = init_std
         self.weight = nn.Parameter(torch.empty(max_len, dim))
         nn.init.normal_(self.weight, std=init_std)
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        """The model's width and, when it knows one, its longest sequence as ``max_len``."""
+        args = super().context_args(ctx)
+        return args if ctx.max_length is None else {**args, "max_len": ctx.max_length}
 
     def encode(self, positions: Tensor) -> Tensor:
         positions = check_positions(positions)

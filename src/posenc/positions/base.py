@@ -29,6 +29,7 @@ Dh head width.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -68,6 +69,44 @@ def default_positions(length: int, *, offset: int = 0, device: torch.device | No
     return torch.arange(offset, offset + length, dtype=torch.long, device=device)
 
 
+@dataclass(frozen=True, kw_only=True)
+class ModelContext:
+    """What the model a scheme is built for says about itself.
+
+    The registry hands this to ``PositionScheme.context_args`` so each scheme
+    takes from the model what it needs and nothing else: additive schemes the
+    width, rotary schemes the head width, bias schemes the head count, a learned
+    table the longest sequence, a bucketed bias whether the stack is causal.
+
+    Args:
+        dim: model width D (the width after the position scheme).
+        num_heads: attention heads H; ``dim`` must be a multiple of it.
+        max_length: the longest sequence the model will see (None: unknown; the
+            schemes that need a length keep their own default).
+        causal: whether the attention this scheme serves is causal (a decoder).
+
+    Raises:
+        ValueError: a non-positive width/head count, a width not divisible by the
+            head count, or a non-positive max_length.
+    """
+
+    dim: int
+    num_heads: int
+    max_length: int | None = None
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        if self.num_heads <= 0 or self.dim <= 0 or self.dim % self.num_heads:
+            raise ValueError(f"dim={self.dim} must be a positive multiple of num_heads={self.num_heads}")
+        if self.max_length is not None and self.max_length <= 0:
+            raise ValueError(f"max_length must be positive (or None), got {self.max_length}")
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one head, Dh = D / H."""
+        return self.dim // self.num_heads
+
+
 class PositionScheme(nn.Module):
     """Base class of every position scheme. See the module docstring.
 
@@ -83,6 +122,16 @@ class PositionScheme(nn.Module):
     extra_width: ClassVar[int] = 0
     #: Number of heads the similarity has a separate map for (bias schemes), else None.
     heads: int | None = None
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        """The constructor arguments this scheme takes from the model (``ctx``); none for NoPE.
+
+        Families override this (width, head width, head count); a scheme that
+        needs more of the model (a learned table's length) extends its family's.
+        The scheme's own options, given to the registry, override these.
+        """
+        return {}
 
     # -- the three hooks ---------------------------------------------------
     def add(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -153,6 +202,10 @@ class AdditiveScheme(PositionScheme):
             raise ValueError(f"dim must be positive, got {dim}")
         self.dim = dim
 
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        return {"dim": ctx.dim - cls.extra_width}
+
     def encode(self, positions: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -189,6 +242,10 @@ class RotaryScheme(PositionScheme):
 
     family: ClassVar[Family] = "rotary"
 
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        return {"head_dim": ctx.head_dim}
+
 
 class BiasScheme(PositionScheme):
     """A (H, Tq, Tk) term added to attention logits; subclasses implement ``attention_bias``.
@@ -204,6 +261,10 @@ class BiasScheme(PositionScheme):
             raise ValueError(f"num_heads must be positive, got {num_heads}")
         self.num_heads = num_heads
         self.heads = num_heads
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        return {"num_heads": ctx.num_heads}
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         pos_i = check_positions(pos_i, name="pos_i")

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc.positions.base import BiasScheme, check_positions
+from posenc.positions.base import BiasScheme, ModelContext, check_positions
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -141,6 +141,11 @@ class T5RelativeBias(BiasScheme):
         self.init_std = init_std
         self.table = nn.Embedding(num_buckets, num_heads)
         nn.init.normal_(self.table.weight, std=init_std)
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        """Head count, and one-directional buckets for a causal stack (T5's decoder): it never sees the future."""
+        return {**super().context_args(ctx), "bidirectional": not ctx.causal}
 
     def buckets(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """Bucket of every (query, key) pair, int64 (Tq, Tk) or (B, Tq, Tk)."""

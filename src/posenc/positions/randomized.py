@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.positions.absolute import check_even, sinusoid_table
-from posenc.positions.base import AdditiveScheme, check_positions
+from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
 
 
 class RandomizedPositions(AdditiveScheme):
@@ -57,6 +57,12 @@ class RandomizedPositions(AdditiveScheme):
         self.max_len, self.inner, self.base, self.seed = max_len, inner, float(base), int(seed)
         self.generator = torch.Generator().manual_seed(self.seed)
         self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02) if inner == "learned" else None
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        """The model's width and, when it knows one, its longest sequence as ``max_len``."""
+        args = super().context_args(ctx)
+        return args if ctx.max_length is None else {**args, "max_len": ctx.max_length}
 
     def reseed(self, seed: int) -> None:
         """Restart the position draws from ``seed``."""

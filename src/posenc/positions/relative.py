@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc.positions.base import BiasScheme, check_positions
+from posenc.positions.base import BiasScheme, ModelContext, check_positions
 from posenc.positions.bias import relative_distance
 
 
@@ -60,6 +60,11 @@ class ShawRelative(BiasScheme):
         self.head_dim, self.max_distance, self.init_std = head_dim, max_distance, init_std
         self.table = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))  # (K, Dh): rows −k … k
         nn.init.normal_(self.table, std=init_std)
+
+    @classmethod
+    def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
+        """Head count and head width: each table row is a vector of the head's width."""
+        return {**super().context_args(ctx), "head_dim": ctx.head_dim}
 
     def table_index(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """clip(j − i, −k, k) + k: the table row of every pair, int64 (Tq, Tk) or (B, Tq, Tk)."""

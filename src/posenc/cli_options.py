@@ -1,0 +1,206 @@
+"""The flags every ``posenc`` command shares, defined once.
+
+A command adds the ones it needs and reads them back through the helpers
+here, so the same thing has the same spelling and meaning everywhere:
+
+==========================  =====================================================
+flag                        meaning
+==========================  =====================================================
+``--position NAME``         a position scheme (registered name or alias, e.g.
+                            ``nope`` → ``none``); checked against the registry
+``--position-option K=V``   one option of that scheme, repeatable (``base=500000``,
+                            ``pairing=interleaved``, ``short_factor=[1,2]``)
+``--quiet``                 no progress bars or chatter
+``--out DIR``               output folder; ``--out -`` writes no files
+``--json FILE``             machine-readable results; ``--json -`` prints them
+``--seed N``                seed of every random choice
+``--threads N``             torch intra-op threads (default: torch's choice)
+``--device cpu|cuda``       where tensors live
+``--dtype NAME``            float32 | bfloat16 | float16
+==========================  =====================================================
+
+Example::
+
+    p = sub.add_parser("demo")
+    add_position(p, default="rope"); add_out(p, default="demo-out"); add_quiet(p)
+    ...
+    args = p.parse_args(["--position", "nope", "--position-option", "base=500000", "--out", "-"])
+    args.position, position_options(args), out_dir(args)   # ('none', {'base': 500000}, None)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is imported only when a command asks for a dtype/device
+    import torch
+
+NO_FILES = "-"
+DTYPES = ("float32", "bfloat16", "float16")
+DEVICES = ("cpu", "cuda")
+
+
+# -- position ---------------------------------------------------------------------
+def position_name(text: str) -> str:
+    """argparse type: the registered name for ``text`` (aliases resolved); unknown names are usage errors."""
+    from posenc.positions import canonical
+
+    try:
+        return canonical(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def position_names(text: str) -> list[str]:
+    """argparse type: a comma list of scheme names (or ``all``: every registered one), aliases resolved."""
+    from posenc.positions import names
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("give at least one position scheme name (or 'all')")
+    if items == ["all"]:
+        return names()
+    resolved = [position_name(t) for t in items]
+    return list(dict.fromkeys(resolved))  # keep the order, drop repeats (nope,none)
+
+
+def option_value(text: str) -> Any:
+    """A ``--position-option`` value: JSON when it parses (numbers, true/false, null, lists), else the string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def key_value(text: str) -> tuple[str, Any]:
+    """argparse type for ``KEY=VALUE``."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. base=500000), got {text!r}")
+    return key.strip(), option_value(value.strip())
+
+
+def add_position(parser: argparse.ArgumentParser, *, default: str | None = "sinusoidal", many: bool = False,
+                 options: bool = True, help: str | None = None) -> None:
+    """``--position NAME`` (or a comma list with ``many``) and, with ``options``, ``--position-option K=V``."""
+    what = "comma list of position schemes, or 'all'" if many else "position scheme"
+    parser.add_argument(
+        "--position", default=default, type=position_names if many else position_name, metavar="NAME",
+        help=help or f"{what}: a name from `posenc schemes` or an alias (nope, absolute)"
+                     + (f" (default: {default})" if default else ""))
+    if options:
+        parser.add_argument("--position-option", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                            help="an option of the position scheme, repeatable (e.g. base=500000)")
+
+
+def position_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--position-option`` pairs as a dict; a key given twice is an error naming it."""
+    options: dict[str, Any] = {}
+    for key, value in getattr(args, "position_option", None) or []:
+        if key in options:
+            raise ValueError(f"--position-option {key} given twice ({options[key]!r} and {value!r}); give it once")
+        options[key] = value
+    return options
+
+
+# -- output -------------------------------------------------------------------------
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quiet", action="store_true", help="no progress bars or progress messages")
+
+
+def add_out(parser: argparse.ArgumentParser, *, default: str | None, help: str | None = None) -> None:
+    """``--out DIR``; ``-`` means write no files. ``default=None``: no files unless asked."""
+    shown = f"default: {default}" if default not in (None, NO_FILES) else "default: no files"
+    parser.add_argument("--out", default=default, metavar="DIR",
+                        help=f"{help or 'output folder'} ({shown}; '-' writes no files)")
+
+
+def out_dir(args: argparse.Namespace) -> Path | None:
+    """The output folder, or None when the command must write no files (``--out -`` or no default)."""
+    out = getattr(args, "out", None)
+    return None if out in (None, "", NO_FILES) else Path(out)
+
+
+def add_json(parser: argparse.ArgumentParser, *, help: str | None = None) -> None:
+    parser.add_argument("--json", default=None, metavar="FILE",
+                        help=help or "write the results as JSON to FILE ('-': print them on stdout)")
+
+
+def json_to_stdout(args: argparse.Namespace) -> bool:
+    """True when ``--json -`` asked for JSON on stdout (so other output goes to stderr)."""
+    return getattr(args, "json", None) == NO_FILES
+
+
+def write_json(args: argparse.Namespace, data: Any, *, indent: int | None = 1) -> Path | None:
+    """Write ``data`` where ``--json`` says: stdout for ``-``, else atomically to the file; None if not asked."""
+    target = getattr(args, "json", None)
+    if target is None:
+        return None
+    text = json.dumps(data, indent=indent)
+    if target == NO_FILES:
+        sys.stdout.write(text + "\n")
+        return None
+    from posenc.checkpoint import atomic_write_text
+
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text + "\n")
+    return path
+
+
+# -- run settings -------------------------------------------------------------------
+def add_seed(parser: argparse.ArgumentParser, *, default: int = 0, help: str | None = None) -> None:
+    parser.add_argument("--seed", type=int, default=default, metavar="N",
+                        help=f"{help or 'seed of every random choice'} (default {default})")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def add_threads(parser: argparse.ArgumentParser, *, help: str | None = None) -> None:
+    parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
+                        help=help or "torch intra-op threads (default: torch's choice)")
+
+
+def apply_threads(args: argparse.Namespace) -> None:
+    """``torch.set_num_threads(--threads)`` when given."""
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
+def add_device(parser: argparse.ArgumentParser, *, default: str = "cpu") -> None:
+    parser.add_argument("--device", choices=DEVICES, default=default, help=f"where to run (default {default})")
+
+
+def device_of(args: argparse.Namespace) -> "torch.device":
+    """The ``--device``; asking for CUDA without a GPU is an error naming the fix."""
+    import torch
+
+    name = getattr(args, "device", "cpu") or "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available here; use --device cpu")
+    return torch.device(name)
+
+
+def add_dtype(parser: argparse.ArgumentParser, *, default: str = "float32") -> None:
+    parser.add_argument("--dtype", choices=DTYPES, default=default,
+                        help=f"parameter and activation dtype (default {default})")
+
+
+def dtype_of(args: argparse.Namespace) -> "torch.dtype":
+    import torch
+
+    return getattr(torch, getattr(args, "dtype", "float32") or "float32")

@@ -1,0 +1,130 @@
+"""``posenc generate MODEL --prompt TEXT``: continue a prompt with a pretrained Llama-family model.
+
+Greedy by default; ``--temperature`` (with ``--top-k`` / ``--top-p`` / ``--seed``)
+samples. The KV cache is always on; ``--chat`` wraps the prompt in the
+tokenizer's chat template. The continuation streams to stdout; the speed
+(prefill and decode tokens/s) goes to stderr unless ``--quiet``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from posenc.cli_options import (add_device, add_dtype, add_json, add_quiet, add_threads, apply_threads, device_of,
+                                dtype_of, json_to_stdout, write_json)
+
+def add_model_flags(p: argparse.ArgumentParser) -> None:
+    """MODEL and the flags every command that runs a pretrained model shares."""
+    p.add_argument("model", metavar="MODEL",
+                   help="an HF model folder (config.json + *.safetensors + tokenizer.json) or a .gguf file")
+    add_device(p)
+    add_dtype(p)
+    add_threads(p)
+    p.add_argument("--pairing", default="interleaved", choices=("interleaved", "half"),
+                   help="RoPE pairing to run (default interleaved, the fast kernel; q/k rows are converted at load; "
+                        "same results either way)")
+    add_quiet(p)
+    add_json(p)
+
+
+def load_model(args: argparse.Namespace) -> Any:
+    """Set threads, check the device, load ``args.model``; usage errors raise ValueError (exit 2)."""
+    from posenc.pretrained import load_pretrained
+
+    apply_threads(args)
+    device = device_of(args)
+    start = time.perf_counter()
+    pm = load_pretrained(args.model, dtype=dtype_of(args), device=device, pairing=args.pairing)
+    if pm.tokenizer is None:
+        raise ValueError(f"{args.model}: no tokenizer.json next to the weights; this command needs the model's "
+                         "tokenizer (download tokenizer.json from the model's repository)")
+    if not args.quiet:
+        print(f"loaded {args.model} ({pm.config.num_layers} layers, d={pm.config.dim}, {pm.config.position}, "
+              f"{args.dtype}, {args.device}) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return pm
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from posenc.models.llama import check_sampling
+
+    if args.max_new_tokens < 0:
+        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    check_sampling(args.temperature, args.top_k, args.top_p)
+    pm = load_model(args)
+    tok = pm.tokenizer
+    if args.chat:
+        messages = ([{"role": "system", "content": args.system}] if args.system else [])
+        ids = tok.encode_chat(messages + [{"role": "user", "content": args.prompt}])
+    else:
+        ids = tok.encode(args.prompt)
+    if not ids:
+        raise ValueError("the prompt encodes to no tokens; give a non-empty --prompt")
+    prompt = torch.tensor([ids], device=args.device)
+
+    new: list[int] = []
+    shown = ""
+    stamps: list[float] = []
+    stream = not args.quiet and not json_to_stdout(args)
+
+    def on_token(token: torch.Tensor) -> None:
+        nonlocal shown
+        stamps.append(time.perf_counter())
+        new.append(int(token[0]))
+        if stream:  # print the newly completed text (decoding the whole tail keeps multi-byte characters whole)
+            text = tok.decode(new)
+            if not text.endswith("\ufffd"):
+                sys.stdout.write(text[len(shown):])
+                sys.stdout.flush()
+                shown = text
+
+    if stream and not args.chat:
+        sys.stdout.write(args.prompt)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        pm.model.generate(prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                          top_p=args.top_p, eos_id=tok.eos_ids or None, seed=args.seed, on_token=on_token)
+    end = time.perf_counter()
+    completion = tok.decode(new)
+    if stream:
+        sys.stdout.write(completion[len(shown):] + "\n")
+    elif not json_to_stdout(args):
+        print(completion)
+    prefill_s = (stamps[0] - start) if stamps else 0.0
+    decode_s = (stamps[-1] - stamps[0]) if len(stamps) > 1 else 0.0
+    result = {
+        "model": args.model, "prompt": args.prompt, "chat": args.chat, "completion": completion,
+        "prompt_tokens": len(ids), "new_tokens": len(new), "stopped_at_eos": bool(new) and new[-1] in tok.eos_ids,
+        "prefill_s": prefill_s, "prefill_tokens_per_s": len(ids) / prefill_s if prefill_s else None,
+        "decode_tokens_per_s": (len(new) - 1) / decode_s if decode_s else None, "total_s": end - start,
+        "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
+        "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(),
+    }
+    if not args.quiet:
+        decode = f"{result['decode_tokens_per_s']:.1f}" if result["decode_tokens_per_s"] else "-"
+        print(f"{len(ids)} prompt tokens in {prefill_s:.2f} s, {len(new)} new tokens at {decode} tokens/s "
+              f"({'greedy' if args.temperature == 0 else f'sampled, temperature {args.temperature}'}, "
+              f"{torch.get_num_threads()} threads)", file=sys.stderr)
+    write_json(args, result)
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("generate", help="continue a prompt with a pretrained Llama-family model (HF folder or GGUF)",
+                       description="Load a Llama/Mistral/Qwen2-family checkpoint (HF folder or .gguf) into posenc's "
+                                   "own modules and continue a prompt: greedy by default, sampling with "
+                                   "--temperature. Prints the text, then the speed (tokens/s) on stderr.")
+    add_model_flags(p)
+    p.add_argument("--prompt", required=True, help="the text to continue (the user message with --chat)")
+    p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="new tokens at most (default 64)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens")
+    p.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling: the smallest set with mass P")
+    p.add_argument("--seed", type=int, help="seed of the sampler (sampling is reproducible with a seed)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    p.add_argument("--system", metavar="TEXT", help="a system message (with --chat)")
+    p.set_defaults(func=run)

@@ -1,0 +1,107 @@
+"""``posenc perplexity MODEL FILE``: per-token loss of a pretrained model over a text file.
+
+The text is tokenized once and scored in windows of ``--window`` tokens that
+start every ``--stride`` tokens (HF's "perplexity of fixed-length models"
+recipe): each token is scored once, by the window that first reaches it, with
+up to window − stride tokens of context before it. Stride = window gives
+disjoint windows (fastest, least context); a smaller stride gives more
+context per scored token. The first token of the file has no context and is
+not scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from posenc.cli_options import json_to_stdout, write_json
+from posenc.commands.generate import add_model_flags, load_model
+
+
+def window_plan(num_tokens: int, window: int, stride: int) -> list[tuple[int, int, int]]:
+    """(start, end, scored) per window: tokens [start, end) are fed, the last ``scored`` are scored."""
+    plan, scored_to = [], 1  # token 0 has no context
+    for start in range(0, max(num_tokens - 1, 1), stride):
+        end = min(start + window, num_tokens)
+        if end > scored_to:
+            plan.append((start, end, end - scored_to))
+            scored_to = end
+        if end == num_tokens:
+            break
+    return plan
+
+
+def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool = False) -> tuple[float, int]:
+    """(summed negative log-likelihood in nats, tokens scored) over the windows of ``plan``."""
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    total, count = 0.0, 0
+    with torch.inference_mode():
+        for start, end, scored in tqdm(plan, desc="windows", unit="window", disable=quiet):
+            window = ids[None, start:end]  # (1, T)
+            h = model.hidden(window)[:, -scored - 1:-1]  # (1, scored, D): the positions that predict scored tokens
+            logits = model.head(h).float()  # (1, scored, V)
+            targets = window[:, -scored:]
+            total += float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"))
+            count += scored
+    return total, count
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such text file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err})") from None
+    pm = load_model(args)
+    window = args.window if args.window is not None else min(1024, pm.config.max_position_embeddings)
+    stride = args.stride if args.stride is not None else window // 2
+    if window < 2:
+        raise ValueError(f"--window must be >= 2, got {window}")
+    if not 1 <= stride <= window:
+        raise ValueError(f"--stride must be in [1, --window={window}], got {stride}")
+    ids = pm.tokenizer.encode(text)
+    if args.max_tokens is not None:
+        ids = ids[: args.max_tokens]
+    if len(ids) < 2:
+        raise ValueError(f"{path}: {len(ids)} token(s); perplexity needs at least 2")
+    plan = window_plan(len(ids), window, stride)
+    start = time.perf_counter()
+    nll, count = score(pm.model, torch.tensor(ids, device=args.device), plan, quiet=args.quiet)
+    seconds = time.perf_counter() - start
+    result = {
+        "model": args.model, "file": str(path), "tokens": count, "perplexity": math.exp(nll / count),
+        "nll_per_token": nll / count, "bits_per_token": nll / count / math.log(2), "window": window,
+        "stride": stride, "windows": len(plan), "seconds": seconds, "tokens_per_s": sum(e - s for s, e, _ in plan) / seconds,
+        "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(), "position": pm.config.position,
+    }
+    if not json_to_stdout(args):
+        print(f"perplexity {result['perplexity']:.3f} over {count:,} tokens "
+              f"(loss {result['nll_per_token']:.4f} nats/token; window {window}, stride {stride}, "
+              f"{len(plan)} windows, {seconds:.1f} s)")
+    write_json(args, result)
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("perplexity", help="per-token loss of a pretrained model over a text file, in windows",
+                       description="Score every token of a UTF-8 text file with a pretrained Llama-family model "
+                                   "(HF folder or .gguf) in windows of --window tokens every --stride tokens; "
+                                   "print the perplexity and the number of tokens scored.")
+    add_model_flags(p)
+    p.add_argument("file", metavar="FILE", help="a UTF-8 text file")
+    p.add_argument("--window", type=int, metavar="T",
+                   help="tokens per forward pass (default min(1024, the model's trained context))")
+    p.add_argument("--stride", type=int, metavar="S", help="tokens between window starts (default window / 2)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="score only the first N tokens of the file")
+    p.set_defaults(func=run)

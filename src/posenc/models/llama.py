@@ -1,0 +1,347 @@
+"""The Llama family (Llama 2/3, Mistral, Qwen2, SmolLM, TinyLlama) assembled from posenc's parts.
+
+A pre-norm decoder-only Transformer: RMSNorm → (grouped-query) attention →
+residual, RMSNorm → SwiGLU → residual, a final RMSNorm and an output head
+(tied to the token table or not). Positions come from any registered scheme —
+RoPE and its scalings for real checkpoints — built through
+``posenc.positions.build`` and handed to every attention as one shared part.
+
+References used to verify: HF ``transformers`` ``LlamaForCausalLM``,
+``MistralForCausalLM`` and ``Qwen2ForCausalLM`` loaded with the same weights
+(``tests/pretrained``): logits equal within float32 round-off, full forward and
+cached decoding.
+
+Tiny CPU example::
+
+    import torch
+    from posenc.models.llama import LlamaConfig, build_llama
+    model = build_llama(LlamaConfig(vocab_size=100, dim=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=128))
+    out = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=5)   # (1, 8) ids, greedy
+
+Shape legend: B batch, T sequence length (new tokens when a cache is given),
+D model width, F feed-forward width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posenc.attention import KVCache, MultiHeadAttention
+from posenc.embedding import OutputHead, TokenEmbedding, count_parameters
+from posenc.positions import PositionScheme, build, check_positions, default_positions
+
+
+@dataclass(frozen=True, kw_only=True)
+class LlamaConfig:
+    """Everything needed to build a Llama-family model; plain data (JSON-serialisable).
+
+    Args:
+        vocab_size: V.
+        dim: model width D (HF ``hidden_size``).
+        num_layers: decoder blocks.
+        num_heads: query heads H.
+        num_kv_heads: key/value heads (grouped-query attention), default H; 1 = multi-query.
+        head_dim: per-head width, default D / H.
+        ffn_dim: SwiGLU hidden width F (HF ``intermediate_size``).
+        norm_eps: RMSNorm epsilon.
+        position: registered scheme name (``posenc.positions.names()``); "rope" and
+            its scalings for real checkpoints.
+        position_options: that scheme's options (base, pairing, rotary_dim, factor, …).
+        max_position_embeddings: the context the checkpoint was trained for (L₀);
+            informational — positions beyond it are allowed (that is what
+            context extension measures).
+        qkv_bias: biases on the q, k, v projections (Qwen2).
+        out_bias: bias on the attention output projection (Llama's ``attention_bias``
+            puts one on all four projections).
+        ffn_bias: biases in the SwiGLU projections (HF ``mlp_bias``).
+        tie_embeddings: the output head reuses the token table.
+        sliding_window: a model trained with sliding-window attention (Mistral v0.1)
+            attends to at most this many keys; posenc runs it exactly for
+            sequences that fit in the window and refuses longer ones.
+    """
+
+    vocab_size: int
+    dim: int = 256
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    ffn_dim: int = 688
+    norm_eps: float = 1e-5
+    position: str = "rope"
+    position_options: dict[str, Any] = field(default_factory=dict)
+    max_position_embeddings: int = 2048
+    qkv_bias: bool = False
+    out_bias: bool = False
+    ffn_bias: bool = False
+    tie_embeddings: bool = False
+    sliding_window: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "dim", "num_layers", "num_heads", "ffn_dim", "max_position_embeddings"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"LlamaConfig.{name} must be a positive integer, got {value!r}")
+        kv = self.kv_heads
+        if kv <= 0 or self.num_heads % kv:
+            raise ValueError(f"num_heads={self.num_heads} must be a positive multiple of num_kv_heads={kv}")
+        if self.head_dim is None and self.dim % self.num_heads:
+            raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}; pass head_dim")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def attention_head_dim(self) -> int:
+        return self.dim // self.num_heads if self.head_dim is None else self.head_dim
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LlamaConfig":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown LlamaConfig field(s) {unknown}; valid: {sorted(known)}")
+        return cls(**data)
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square layer norm (Zhang & Sennrich, 2019): x / rms(x) · g, no mean, no bias.
+
+    Computed in float32 and cast back before the gain, as HF ``LlamaRMSNorm``
+    does, so 16-bit models round where the reference rounds.
+    """
+
+    def __init__(self, dim: int, *, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # (..., D) float32
+        return self.weight * normed.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class SwiGLU(nn.Module):
+    """Gated feed-forward (Shazeer, 2020, "GLU Variants Improve Transformer"): down(silu(gate(x)) · up(x))."""
+
+    def __init__(self, *, dim: int, hidden: int, bias: bool = False) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(dim, hidden, bias=bias)
+        self.up_proj = nn.Linear(dim, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) → (B, T, D)
+
+
+class LlamaBlock(nn.Module):
+    """x + attn(norm(x)), then x + ffn(norm(x)): the pre-norm residual block of the Llama family."""
+
+    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_norm: nn.Module, ffn_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = attn_norm, attn
+        self.ffn_norm, self.ffn = ffn_norm, ffn
+
+    def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
+        h, _ = self.attn(self.attn_norm(x), q_pos=positions, causal=True, cache=cache)
+        x = x + h
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class LlamaLM(nn.Module):
+    """A Llama-family causal language model from built parts; ``build_llama(config)`` assembles one.
+
+    Args:
+        config: the LlamaConfig the parts were built from (kept for ``describe`` and re-building).
+        embed: token table (unscaled).
+        position: the scheme shared by every attention (its additive hook acts on the embeddings).
+        layers: the decoder blocks.
+        norm: the final norm.
+        head: D → V (tied to ``embed`` or not).
+    """
+
+    def __init__(self, *, config: LlamaConfig, embed: TokenEmbedding, position: PositionScheme,
+                 layers: Sequence[LlamaBlock], norm: nn.Module, head: OutputHead) -> None:
+        super().__init__()
+        self.config = config
+        self.embed, self.position = embed, position
+        self.layers = nn.ModuleList(layers)
+        self.norm, self.head = norm, head
+
+    def new_cache(self) -> list[KVCache]:
+        """One empty KV cache per layer, for ``forward(..., cache=...)`` and ``generate``."""
+        return [KVCache() for _ in self.layers]
+
+    def _positions(self, ids: Tensor, positions: Tensor | None, cache: list[KVCache] | None) -> Tensor:
+        if ids.dim() != 2:
+            raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
+        offset = cache[0].length if cache else 0
+        if positions is None:
+            positions = default_positions(ids.shape[1], offset=offset, device=ids.device)
+        else:
+            positions = check_positions(positions).to(ids.device)
+            if positions.shape[-1] != ids.shape[1]:
+                raise ValueError(f"{positions.shape[-1]} positions given for {ids.shape[1]} tokens")
+        window = self.config.sliding_window
+        if window is not None and offset + ids.shape[1] > window:
+            raise ValueError(
+                f"{offset + ids.shape[1]} tokens exceed this model's sliding attention window of {window}; "
+                "posenc runs sliding-window models only within one window — use a shorter input")
+        return positions
+
+    def hidden(self, ids: Tensor, *, positions: Tensor | None = None, cache: list[KVCache] | None = None) -> Tensor:
+        """ids (B, T) → hidden states (B, T, D) after the final norm.
+
+        Args:
+            positions: (T,) or (B, T) integer positions; default continues after the cache.
+            cache: from ``new_cache()``; ids then holds only the new tokens.
+        """
+        positions = self._positions(ids, positions, cache)
+        x = self.position.add(self.embed(ids), positions)  # (B, T, D); a no-op for rotary schemes
+        for i, layer in enumerate(self.layers):
+            x = layer(x, positions=positions, cache=None if cache is None else cache[i])
+        return self.norm(x)
+
+    def forward(self, ids: Tensor, *, positions: Tensor | None = None, cache: list[KVCache] | None = None) -> Tensor:
+        """ids (B, T) → logits (B, T, V); see ``hidden`` for the arguments."""
+        return self.head(self.hidden(ids, positions=positions, cache=cache))
+
+    @torch.no_grad()
+    def generate(
+        self, prompt: Tensor, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+        top_p: float | None = None, eos_id: int | Sequence[int] | None = None, seed: int | None = None,
+        on_token: Callable[[Tensor], None] | None = None,
+    ) -> Tensor:
+        """Continue ``prompt`` (B, T) with the KV cache; greedy at temperature 0, else sampled.
+
+        Args:
+            max_new_tokens: upper bound on new tokens.
+            temperature: 0 → argmax; > 0 divides the logits before sampling.
+            top_k: sample among the k most likely tokens only.
+            top_p: sample from the smallest set whose probability reaches p (nucleus).
+            eos_id: a token id (or ids) that ends a row; finished rows are padded with it.
+            seed: seeds the sampler's own generator (reproducible, independent of global RNG).
+            on_token: called with each new (B,) token batch (streaming output).
+
+        Returns:
+            (B, T + generated) ids.
+        """
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        check_sampling(temperature, top_k, top_p)
+        stops = torch.tensor([] if eos_id is None else [eos_id] if isinstance(eos_id, int) else list(eos_id),
+                             dtype=torch.long, device=prompt.device)
+        generator = None
+        if temperature > 0:
+            generator = torch.Generator(device=prompt.device)
+            generator.manual_seed(torch.seed() if seed is None else seed)
+        cache = self.new_cache()
+        done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
+        ids, new = prompt, prompt
+        for _ in range(max_new_tokens):
+            h = self.hidden(new, cache=cache)[:, -1]  # (B, D): only the last position needs logits
+            nxt = next_token(self.head(h).float(), temperature=temperature, top_k=top_k, top_p=top_p,
+                             generator=generator)  # (B,)
+            if stops.numel():
+                nxt = torch.where(done, stops[0], nxt)
+                done |= torch.isin(nxt, stops)
+            if on_token is not None:
+                on_token(nxt)
+            new = nxt[:, None]
+            ids = torch.cat((ids, new), dim=1)
+            if stops.numel() and bool(done.all()):
+                break
+        return ids
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "kind": "llama",
+            "config": self.config.to_dict(),
+            "position": {**self.position.describe(), "parameters": count_parameters(self.position)},
+            "embeddings": {"tied_output": self.head.tied},
+            "parameters": count_parameters(self),
+        }
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    """Raise a clear error for sampling settings that mean nothing."""
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+               generator: torch.Generator | None = None) -> Tensor:
+    """Pick one token per row from logits (B, V): argmax at temperature 0, else a sample.
+
+    Filters apply in HF's order: temperature, then top-k, then top-p (the
+    smallest prefix of the sorted distribution whose mass reaches p, always at
+    least the most likely token).
+    """
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1:
+        sorted_logits, order = logits.sort(dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        drop = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches p
+        logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
+    probs = logits.softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def build_llama(config: LlamaConfig, *, device: str | torch.device | None = None) -> LlamaLM:
+    """Assemble a LlamaLM: the position scheme is built once and shared by every attention.
+
+    Args:
+        device: where the parameters are created; ``"meta"`` gives the structure
+            without memory (``posenc.pretrained`` fills it with checkpoint tensors
+            one by one). The position scheme is always built for real, on the
+            default device: its own buffers, if any, are not in a checkpoint.
+    """
+    cfg = config
+    position = build(cfg.position, dim=cfg.num_heads * cfg.attention_head_dim, num_heads=cfg.num_heads,
+                     **dict(cfg.position_options))
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        return _assemble(cfg, position)
+
+
+def _assemble(cfg: LlamaConfig, position: PositionScheme) -> LlamaLM:
+    token = TokenEmbedding(vocab_size=cfg.vocab_size, dim=cfg.dim - position.extra_width, scale=False)
+    layers = [
+        LlamaBlock(
+            attn=MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads,
+                                    head_dim=cfg.attention_head_dim, bias=cfg.qkv_bias, out_bias=cfg.out_bias,
+                                    position=position),
+            ffn=SwiGLU(dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias),
+            attn_norm=RMSNorm(cfg.dim, eps=cfg.norm_eps),
+            ffn_norm=RMSNorm(cfg.dim, eps=cfg.norm_eps),
+        )
+        for _ in range(cfg.num_layers)
+    ]
+    if cfg.tie_embeddings and token.dim != cfg.dim:
+        raise ValueError(f"cannot tie the output head: the {cfg.position!r} scheme widens token vectors "
+                         f"({token.dim} → {cfg.dim}); set tie_embeddings=False")
+    head = OutputHead(dim=cfg.dim, vocab_size=cfg.vocab_size, tied_to=token if cfg.tie_embeddings else None)
+    return LlamaLM(config=cfg, embed=token, position=position, layers=layers,
+                   norm=RMSNorm(cfg.dim, eps=cfg.norm_eps), head=head)

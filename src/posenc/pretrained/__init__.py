@@ -1,0 +1,98 @@
+"""Pretrained Llama-family checkpoints run by posenc's own modules.
+
+    from posenc.pretrained import load_pretrained
+    pm = load_pretrained("path/to/SmolLM2-135M")          # HF folder, or a .gguf file
+    ids = torch.tensor([pm.tokenizer.encode("The capital of France is")])
+    out = pm.model.generate(ids, 8)
+    print(pm.tokenizer.decode(out[0].tolist()))
+
+``pm.model`` is a ``posenc.models.llama.LlamaLM``, ``pm.config`` its
+``LlamaConfig`` (position scheme + options built from the checkpoint's RoPE
+settings), ``pm.tokenizer`` the model's own tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc.models.llama import LlamaConfig, LlamaLM
+from posenc.pretrained.tokenizer import Tokenizer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Pretrained:
+    """A loaded checkpoint: the model, its config, its tokenizer (None if the checkpoint has none)."""
+
+    model: LlamaLM
+    config: LlamaConfig
+    tokenizer: Tokenizer | None
+    source: str
+    hf_config: dict[str, Any] = field(default_factory=dict)
+
+
+def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
+                    pairing: str = "interleaved") -> Pretrained:
+    """Load an HF-layout folder or a GGUF file as a posenc LlamaLM (in eval mode).
+
+    Args:
+        path: a folder with config.json + *.safetensors (+ tokenizer.json), or a ``.gguf`` file.
+        dtype: float32, bfloat16 or float16 (a torch dtype or its name); weights are cast one tensor at a time.
+        device: "cpu" or "cuda" (or a torch.device).
+        pairing: RoPE pairing the model runs — "interleaved" (posenc's fast kernel; q/k rows are
+            permuted once at load time) or "half" (the rows as HF stores them). Same logits either way.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        ValueError: unsupported model, RoPE type or dtype; malformed, truncated or pickle-based files.
+    """
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        dtype = DTYPES[dtype]
+    if dtype not in DTYPES.values():
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype}")
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such file or folder; give an HF model folder or a .gguf file")
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return _load_gguf(path, dtype=dtype, device=device, pairing=pairing)
+    if path.is_file():
+        from posenc.inspect.safeload import refuse_pickle
+
+        refuse_pickle(path)
+        raise ValueError(f"{path}: give the model's folder (config.json + *.safetensors + tokenizer.json) "
+                         "or a .gguf file, not a single weight file")
+    from posenc.pretrained.hf import load_hf_folder
+    from posenc.pretrained.tokenizer import load_hf_tokenizer
+
+    model, hf = load_hf_folder(path, dtype=dtype, device=device, pairing=pairing)
+    return Pretrained(model=model, config=model.config, tokenizer=load_hf_tokenizer(path, hf), source=str(path),
+                      hf_config=hf)
+
+
+def _load_gguf(path: Path, *, dtype: torch.dtype, device: str | torch.device, pairing: str) -> Pretrained:
+    """A GGUF file: ``read_gguf`` gives HF-layout tensors and config; the HF path does the rest."""
+    from posenc.models.llama import build_llama
+    from posenc.pretrained.gguf import read_gguf
+    from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
+
+    # interleaved: run llama.cpp's q/k rows as stored (no permutation at all); half: rows un-permuted as read
+    ckpt = read_gguf(path, keep_interleaved=pairing == "interleaved", dtype=dtype)
+    config = llama_config_from_hf(ckpt.hf_config, pairing=pairing)
+    model = build_llama(config, device="meta")
+    # the model takes over the tensors read_gguf cast to `dtype`: one copy of the weights in memory
+    load_llama_weights(model, ckpt.tensors.items(), source=str(path), dtype=dtype, device=device,
+                       source_pairing=ckpt.pairing)
+    tokenizer = Tokenizer(ckpt.tokenizer, bos_id=ckpt.bos_id, eos_id=ckpt.eos_id, chat_template=ckpt.chat_template,
+                          add_bos=ckpt.add_bos_token)
+    return Pretrained(model=model.eval(), config=config, tokenizer=tokenizer, source=str(path),
+                      hf_config=ckpt.hf_config)
+
+
+__all__ = ["DTYPES", "Pretrained", "Tokenizer", "load_pretrained"]

@@ -1,0 +1,124 @@
+"""A model's own tokenizer: HF ``tokenizers`` for the text, plus BOS/EOS ids and the chat template.
+
+One class for both checkpoint formats: an HF folder supplies ``tokenizer.json``
+(+ ``tokenizer_config.json`` for the chat template and special tokens), a GGUF
+file supplies a ``tokenizers.Tokenizer`` built from its metadata
+(``posenc.pretrained.gguf``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer as HFTokenizer
+
+
+class Tokenizer:
+    """Text ↔ ids with the model's special tokens.
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer`` (its post-processor decides whether
+            ``encode`` adds BOS, as HF's fast tokenizers do).
+        bos_id, eos_id: the model's begin/end-of-sequence ids, if it has them.
+        chat_template: the Jinja chat template of ``tokenizer_config.json`` / GGUF metadata.
+        eos_ids: every id that ends a generation (some models list several); default ``[eos_id]``.
+        add_bos: prepend BOS in ``encode`` when the tokenizer's own post-processor
+            does not (GGUF's ``tokenizer.ggml.add_bos_token``).
+    """
+
+    def __init__(self, tokenizer: HFTokenizer, *, bos_id: int | None = None, eos_id: int | None = None,
+                 chat_template: str | None = None, eos_ids: list[int] | None = None, add_bos: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.add_bos = add_bos and bos_id is not None
+        self.bos_id, self.eos_id = bos_id, eos_id
+        self.chat_template = chat_template
+        self.eos_ids = eos_ids if eos_ids is not None else ([] if eos_id is None else [eos_id])
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        if add_special_tokens and self.add_bos and (not ids or ids[0] != self.bos_id):
+            ids = [self.bos_id, *ids]
+        return ids
+
+    def decode(self, ids: list[int], *, skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token(self, token_id: int) -> str | None:
+        return self.tokenizer.id_to_token(token_id)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        """Render ``messages`` ([{"role": ..., "content": ...}]) with the model's chat template.
+
+        Raises:
+            ValueError: the tokenizer has no chat template.
+        """
+        if not self.chat_template:
+            raise ValueError("this model's tokenizer has no chat template; drop --chat and give the raw prompt")
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str) -> None:
+            raise ValueError(f"chat template: {message}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+        env.globals["raise_exception"] = raise_exception
+        bos = self.token(self.bos_id) if self.bos_id is not None else ""
+        eos = self.token(self.eos_id) if self.eos_id is not None else ""
+        try:
+            return env.from_string(self.chat_template).render(
+                messages=messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos)
+        except jinja2.TemplateError as err:
+            raise ValueError(f"the model's chat template failed to render: {err}") from None
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Ids of the rendered chat: the template writes its own special tokens, so none are added."""
+        return self.encode(self.apply_chat_template(messages), add_special_tokens=False)
+
+
+def _special_id(tok: HFTokenizer, value: Any) -> int | None:
+    """A token id from a tokenizer_config/config entry: an id, a token string, or {"content": token}."""
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, dict):
+        value = value.get("content")
+    return tok.token_to_id(value) if isinstance(value, str) else None
+
+
+def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | None:
+    """The tokenizer of an HF model folder (``tokenizer.json``), or None when the folder has none."""
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    try:
+        tok = HFTokenizer.from_file(str(path))
+    except Exception as err:  # the tokenizers package raises a bare Exception on a malformed file
+        raise ValueError(f"{path}: not a valid tokenizer.json ({err}); re-download it from the model's repository") \
+            from None
+    extra: dict[str, Any] = {}
+    config_path = folder / "tokenizer_config.json"
+    if config_path.is_file():
+        extra = json.loads(config_path.read_text(encoding="utf-8"))
+    template = extra.get("chat_template")
+    if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in template}
+        template = named.get("default") or next(iter(named.values()), None)
+    if template is None and (folder / "chat_template.jinja").is_file():
+        template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
+    bos = _special_id(tok, extra.get("bos_token"))
+    bos = hf_config.get("bos_token_id") if bos is None else bos
+    eos = _special_id(tok, extra.get("eos_token"))
+    eos_ids = hf_config.get("eos_token_id")
+    eos_ids = [eos_ids] if isinstance(eos_ids, int) else list(eos_ids or [])
+    if eos is None and eos_ids:
+        eos = eos_ids[0]
+    if eos is not None and eos not in eos_ids:
+        eos_ids.insert(0, eos)
+    return Tokenizer(tok, bos_id=bos, eos_id=eos, chat_template=template, eos_ids=eos_ids)

@@ -1,0 +1,129 @@
+"""``posenc generate`` / ``posenc perplexity`` and the tokenizer wrapper, on a tiny HF model with a real BPE tokenizer.
+
+The tokenizer is trained here with the ``tokenizers`` package (byte-level BPE,
+as SmolLM's), the model is a random HF Llama of that vocabulary; HF
+``transformers`` is the reference for generation, chat templates and loss.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", minversion="5.0",
+                                   reason="reference tests need HF transformers >= 5, a test-only dependency")
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
+
+from posenc.cli import main  # noqa: E402
+from posenc.commands.perplexity import window_plan  # noqa: E402
+from posenc.pretrained import load_pretrained  # noqa: E402
+
+TEXT = ("Rotary position embeddings rotate queries and keys by angles that grow with the position. "
+        "The capital of France is Paris. The capital of Italy is Rome. Attention compares every query "
+        "with every key, and the model learns which positions matter. ") * 4
+TEMPLATE = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+@pytest.fixture
+def folder(tmp_path, seed):
+    """A model folder: random tiny Llama + trained byte-level BPE tokenizer.json + tokenizer_config.json."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok.train_from_iterator([TEXT], trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
+        "chat_template": TEMPLATE, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>",
+        "tokenizer_class": "PreTrainedTokenizerFast"}))
+    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         bos_token_id=1, eos_token_id=2)
+    LlamaForCausalLM(config).save_pretrained(tmp_path, safe_serialization=True)
+    return tmp_path
+
+
+def hf_pair(folder):
+    return LlamaForCausalLM.from_pretrained(folder).eval(), PreTrainedTokenizerFast.from_pretrained(folder)
+
+
+def test_tokenizer_and_chat_template_equal_hf(folder):
+    _, hf_tok = hf_pair(folder)
+    tok = load_pretrained(folder).tokenizer
+    assert tok.encode(TEXT[:120]) == hf_tok(TEXT[:120])["input_ids"]
+    assert tok.decode(tok.encode(TEXT[:120])) == TEXT[:120]
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]
+    assert tok.apply_chat_template(messages) == hf_tok.apply_chat_template(messages, tokenize=False,
+                                                                            add_generation_prompt=True)
+    assert (tok.bos_id, tok.eos_id) == (hf_tok.bos_token_id, hf_tok.eos_token_id)
+
+
+def test_generate_command_equals_hf_greedy(folder, tmp_path_factory):
+    hf, hf_tok = hf_pair(folder)
+    prompt = "The capital of France is"
+    ids = torch.tensor([hf_tok(prompt)["input_ids"]])
+    ref = hf.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
+    out = tmp_path_factory.mktemp("out") / "gen.json"
+    assert main(["generate", str(folder), "--prompt", prompt, "--max-new-tokens", "6", "--quiet",
+                 "--json", str(out), "--threads", "1"]) == 0
+    result = json.loads(out.read_text())
+    assert result["completion"] == hf_tok.decode(ref.tolist(), skip_special_tokens=True)
+    assert result["prompt_tokens"] == ids.shape[1] and result["new_tokens"] == 6
+
+
+def test_generate_command_chat_and_sampling(folder, capsys):
+    args = ["generate", str(folder), "--prompt", "Capital of France?", "--chat", "--max-new-tokens", "5",
+            "--temperature", "0.8", "--top-k", "20", "--top-p", "0.9", "--seed", "3", "--json", "-"]
+    assert main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out)["completion"] == first["completion"]  # seeded: reproducible
+    assert first["chat"] and first["prompt_tokens"] > 5
+
+
+def test_perplexity_command_equals_hf_loss(folder, capsys):
+    hf, hf_tok = hf_pair(folder)
+    text_file = folder / "text.txt"
+    text_file.write_text(TEXT[:400])
+    ids = torch.tensor([hf_tok(TEXT[:400])["input_ids"]])
+    with torch.no_grad():
+        logits = hf(ids).logits[0, :-1]
+    ref = math.exp(float(torch.nn.functional.cross_entropy(logits, ids[0, 1:])))
+    # one window covering the whole text: every token after the first scored with its full context
+    assert main(["perplexity", str(folder), str(text_file), "--window", str(ids.shape[1]), "--json", "-",
+                 "--quiet"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["tokens"] == ids.shape[1] - 1
+    assert result["perplexity"] == pytest.approx(ref, rel=1e-4)
+    # strided windows score the same tokens (less context each): a finite, different-but-close loss
+    assert main(["perplexity", str(folder), str(text_file), "--window", "16", "--stride", "8", "--json", "-",
+                 "--quiet"]) == 0
+    strided = json.loads(capsys.readouterr().out)
+    assert strided["tokens"] == ids.shape[1] - 1 and math.isfinite(strided["perplexity"])
+
+
+@pytest.mark.parametrize("n,window,stride", [(10, 4, 2), (10, 4, 4), (11, 5, 3), (2, 8, 4), (100, 7, 1)])
+def test_window_plan_scores_every_token_once(n, window, stride):
+    plan = window_plan(n, window, stride)
+    scored = [t for start, end, k in plan for t in range(end - k, end)]
+    assert scored == list(range(1, n))
+    assert all(end - start <= window and 0 < k <= end - start - (start == 0) for start, end, k in plan)
+
+
+def test_command_errors_exit_2(folder, tmp_path, capsys):
+    assert main(["perplexity", str(folder), str(tmp_path / "missing.txt")]) == 2
+    assert "no such text file" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["generate", str(folder), "--prompt", "x", "--device", "cuda"]) == 2
+        assert "no CUDA device" in capsys.readouterr().err
+    (folder / "tokenizer_config.json").write_text("{}")
+    assert main(["generate", str(folder), "--prompt", "x", "--chat", "--quiet"]) == 2
+    assert "no chat template" in capsys.readouterr().err
+    assert main(["generate", str(folder), "--prompt", "x", "--top-p", "1.5"]) == 2
+    assert "top_p must be in (0, 1]" in capsys.readouterr().err

@@ -141,3 +141,10 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
         single = " ".join(parts)
         tok.post_processor = processors.TemplateProcessing(single=single, special_tokens=special)
     return tok
+
+
+def read_tokenizer(path: str | Path):
+    """Just the tokenizer of a GGUF file (no tensor is read)."""
+    from posenc.pretrained.gguf import open_gguf, read_metadata
+
+    return tokenizer_from_metadata(read_metadata(open_gguf(path)), Path(path))

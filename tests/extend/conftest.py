@@ -15,6 +15,7 @@ class ByteTokenizer:
 
     bos_id = 256
     eos_id = None
+    add_bos = True
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))

@@ -51,7 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lengths", type=_csv(int, "--lengths"), default=None,
                    help="passkey prompt lengths in tokens (default L0/2, L0, and max-factor·L0)")
     p.add_argument("--max-tokens", type=int, default=None,
-                   help="tokens in each loss pass, the longest position measured (default max-factor·L0)")
+                   help="tokens in each loss pass, the longest position measured (default max-factor·L0); 0 skips "
+                        "the loss part")
     p.add_argument("--passkey-trials", type=int, default=5, metavar="N",
                    help="passkey trials per length and method; 0 skips passkey (default 5)")
     p.add_argument("--original-max-len", type=int, default=None, metavar="L0",
@@ -92,16 +93,18 @@ def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
     top = max(factors)
     texts = tuple(args.text or ("bible", "licenses"))
     if args.quick:
-        max_tokens = args.max_tokens or 2 * l0
+        max_tokens = 2 * l0 if args.max_tokens is None else args.max_tokens
         lengths = args.lengths or [l0 // 2, 2 * l0]
         trials = min(args.passkey_trials, 2)
         texts = texts[:1]
     else:
-        max_tokens = args.max_tokens or int(top * l0)
+        max_tokens = int(top * l0) if args.max_tokens is None else args.max_tokens
         lengths = args.lengths or sorted({l0 // 2, l0, int(top * l0)})
         trials = args.passkey_trials
-    if max_tokens < 2:
-        raise ValueError(f"--max-tokens must be at least 2, got {max_tokens}")
+    if max_tokens == 0:
+        texts = ()
+    elif max_tokens < 2:
+        raise ValueError(f"--max-tokens must be 0 (no loss part) or at least 2, got {max_tokens}")
     if trials < 0 or any(n <= 0 for n in lengths):
         raise ValueError(f"--passkey-trials must be >= 0 and --lengths positive, got {trials} and {lengths}")
     return GridConfig(methods=tuple(check_methods(args.methods)), factors=tuple(factors), documents=texts,

@@ -72,8 +72,11 @@ def _factor_tag(factor: float | None) -> str | None:
 def layer_progress(model: nn.Module, bar: Any) -> Iterator[None]:
     """Advance ``bar`` once per decoder layer finished (a long pass shows progress inside the pass)."""
     layers = getattr(model, "layers", None)
-    hooks = [] if bar is None or layers is None else [
-        layer.register_forward_hook(lambda *_: bar.update(1)) for layer in layers]
+
+    def tick(*_: Any) -> None:  # returns None: a forward hook's return value would replace the layer's output
+        bar.update(1)
+
+    hooks = [] if bar is None or layers is None else [layer.register_forward_hook(tick) for layer in layers]
     try:
         yield
     finally:
@@ -184,10 +187,12 @@ class Grid:
     # -- everything ------------------------------------------------------------------------------
 
     def run(self) -> list[dict[str, Any]]:
-        """Loss cells first (grouped by model variant), then passkey cells (by length, then variant)."""
+        """Loss cells first (document by document, every variant), then passkey cells (by length, every variant)."""
+        for length in self.cfg.passkey_lengths:  # a too-short passkey length fails now, not after hours of loss cells
+            build_prompt(self.tokenizer, make_trial(random.Random(0), length))
         cells = []
-        for method, factor in self.cfg.variants():
-            for spec in self.cfg.documents:
+        for spec in self.cfg.documents:
+            for method, factor in self.cfg.variants():
                 cells.append(self.loss_cell(spec, method, factor))
         for length in self.cfg.passkey_lengths:
             for method, factor in self.cfg.variants():

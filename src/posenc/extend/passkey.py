@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from posenc.extend.forward import final_hidden
+from posenc.extend.texts import bos_prefix, encode_plain
 
 INTRO = ("There is an important piece of information hidden inside a lot of irrelevant text. "
          "Find it and memorize it. I will quiz you about the important information there.\n")
@@ -68,11 +69,10 @@ def build_prompt(tokenizer: Any, trial: Trial) -> Prompt:
     Raises:
         ValueError: ``trial.length`` is too short for the intro, needle and question alone.
     """
-    bos_id = getattr(tokenizer, "bos_id", None)
-    head = ([bos_id] if bos_id is not None else []) + list(tokenizer.encode(INTRO))
-    needle = list(tokenizer.encode(NEEDLE.format(key=trial.key)))
-    question = list(tokenizer.encode(QUESTION))
-    unit = list(tokenizer.encode(FILLER))
+    head = bos_prefix(tokenizer) + encode_plain(tokenizer, INTRO)
+    needle = encode_plain(tokenizer, NEEDLE.format(key=trial.key))
+    question = encode_plain(tokenizer, QUESTION)
+    unit = encode_plain(tokenizer, FILLER)
     room = trial.length - len(head) - len(needle) - len(question)
     if room < 0:
         raise ValueError(f"passkey length {trial.length} is too short: intro, needle and question alone take "

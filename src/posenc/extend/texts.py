@@ -85,14 +85,27 @@ def load_document(spec: str) -> Document:
     return Document(path.stem, text, str(path))
 
 
-def doc_tokens(doc: Document, tokenizer: Any, length: int, *, bos: bool = True) -> list[int]:
-    """The first ``length`` token ids of ``doc`` (BOS first when the tokenizer has one).
+def bos_prefix(tokenizer: Any) -> list[int]:
+    """[BOS] when the tokenizer's model expects one at the start of a sequence (its ``add_bos``), else []."""
+    bos_id = getattr(tokenizer, "bos_id", None)
+    return [bos_id] if getattr(tokenizer, "add_bos", False) and bos_id is not None else []
+
+
+def encode_plain(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` alone, without special tokens (pieces are joined by the caller)."""
+    try:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    except TypeError:  # a tokenizer whose encode adds nothing takes no such flag
+        return list(tokenizer.encode(text))
+
+
+def doc_tokens(doc: Document, tokenizer: Any, length: int) -> list[int]:
+    """The first ``length`` token ids of ``doc`` (after BOS when the model expects one).
 
     Raises:
         ValueError: the document is shorter than ``length`` tokens.
     """
-    bos_id = getattr(tokenizer, "bos_id", None)
-    ids = ([bos_id] if bos and bos_id is not None else []) + list(tokenizer.encode(doc.text))
+    ids = bos_prefix(tokenizer) + encode_plain(tokenizer, doc.text)
     if len(ids) < length:
         raise ValueError(f"document {doc.name!r} has {len(ids)} tokens, fewer than the {length} asked for; "
                          "choose a shorter --lengths/--max-tokens or a longer --text")

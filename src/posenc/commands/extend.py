@@ -36,6 +36,7 @@ def _csv(kind: type, flag: str):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from posenc.cli_options import add_device, add_dtype, add_json, add_out, add_quiet, add_seed, add_threads
     from posenc.extend.methods import METHODS
 
     p = sub.add_parser("extend", help="context extension on a real model: loss by position and passkey per RoPE scaling",
@@ -61,13 +62,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"smoke run: L0={QUICK_L0} unless given, 2·L0-token loss pass on the first text, "
                         "passkey at L0/2 and 2·L0 with 2 trials")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the cells in --out")
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder ('-' writes no files; default {DEFAULT_OUT})")
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the summary as JSON ('-' for stdout)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the passkey keys and depths")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default 1)")
-    p.add_argument("--device", default="cpu", help="cpu or cuda")
-    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--quiet", action="store_true", help="no progress bars or per-cell lines")
+    add_out(p, default=DEFAULT_OUT)
+    add_json(p, help="also write the summary as JSON to FILE ('-': print it on stdout)")
+    add_seed(p, help="seeds the passkey keys and depths")
+    add_threads(p, help="torch intra-op threads (default: torch's choice; the recorded run used 1)")
+    add_device(p)
+    add_dtype(p)
+    add_quiet(p)
     p.set_defaults(func=run)
 
 
@@ -118,18 +119,17 @@ def _model_id(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
     import torch
 
+    from posenc.cli_options import apply_threads, device_of, dtype_of, json_to_stdout, out_dir, write_json
     from posenc.extend.cells import CellStore
     from posenc.extend.grid import Grid, config_dict
     from posenc.extend.methods import LEFT_OUT, trained_context
     from posenc.extend.report import summarise, write_report
 
-    out = None if args.out == "-" else Path(args.out)
-    threads = args.threads or 1
-    torch.set_num_threads(threads)
+    out = out_dir(args)
+    apply_threads(args)
+    threads = torch.get_num_threads()
     meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                             "machine": machine_note(threads)}
     if args.report_only:
@@ -149,14 +149,14 @@ def run(args: argparse.Namespace) -> int:
         from posenc.pretrained import load_pretrained
     except ImportError as err:
         raise ValueError(f"this posenc build cannot load pretrained checkpoints ({err})") from None
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     began = time.perf_counter()
-    pm = load_pretrained(str(path), dtype=dtype, device=args.device)
+    pm = load_pretrained(str(path), dtype=dtype_of(args), device=device_of(args))
     declared = trained_context(pm.config)
     cfg = grid_config(args, declared)
     meta.update({"model": str(path), "declared_context": declared, "grid": config_dict(cfg),
                  "left_out": LEFT_OUT, "load_seconds": round(time.perf_counter() - began, 1)})
-    log = (lambda _msg: None) if args.quiet else print
+    stream = sys.stderr if json_to_stdout(args) else sys.stdout  # keep stdout pure JSON under --json -
+    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=stream))
     log(f"extend: {len(cfg.variants())} model variants × {len(cfg.documents)} text(s) at {cfg.loss_length} tokens; "
         f"passkey at {list(cfg.passkey_lengths)} × {cfg.passkey_trials} trials; L0 = {cfg.original_max_len}; "
         f"writing to {out or 'nowhere (--out -)'}")
@@ -172,10 +172,5 @@ def run(args: argparse.Namespace) -> int:
         log(f"report: {paths['html']}")
     for line in summary["reading"]:
         log(line)
-    if args.json:
-        text = json.dumps({"meta": meta, "summary": summary}, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            Path(args.json).write_text(text, encoding="utf-8")
+    write_json(args, {"meta": meta, "summary": summary})
     return 0

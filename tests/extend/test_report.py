@@ -59,3 +59,12 @@ def test_report_files_from_a_real_grid(tiny_model, tokenizer, tmp_path, l0):
     page = paths["html"].read_text()
     assert "loss-licenses-x2.png" in page and "rope-yarn ×2" in page and "passkey" in page
     assert "| rope-linear ×2 |" in paths["markdown"].read_text()
+
+
+def test_first_break_window(seed):
+    rng = random.Random(seed)
+    nll = [math.log(rng.uniform(4, 6)) for _ in range(300)] + [math.log(50.0)] * 40
+    from posenc.extend.report import first_break
+
+    assert first_break(nll, 5.0, 20) == 301  # entry 300 is the loss of the token at position 301
+    assert first_break(nll[:300], 5.0, 20) is None

@@ -41,9 +41,18 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a / b
 
 
+def first_break(nll: Sequence[float], in_range_ppl: float, window: int) -> int | None:
+    """Start of the first ``window``-token stretch whose perplexity exceeds BREAK_RATIO × ``in_range_ppl``."""
+    for start in range(0, len(nll) - window + 1, window):
+        if math.exp(sum(nll[start:start + window]) / window) > BREAK_RATIO * in_range_ppl:
+            return start + 1  # entry p is the loss of the token at position p + 1
+    return None
+
+
 def summarise_loss(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per document: one row per (method, factor) with bucket perplexities and the derived ratios."""
     docs: dict[str, Any] = {}
+    plain_nll = {c["document"]: c.get("nll") for c in cells if c["method"] == PLAIN}
     for c in sorted(cells, key=lambda c: (c["document"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
         l0 = c["original_max_len"]
         doc = docs.setdefault(c["document"], {"source": c["source"], "length": c["length"], "original_max_len": l0,
@@ -53,19 +62,24 @@ def summarise_loss(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
                             "buckets": [b["ppl"] for b in c["buckets"]], "in_range_ppl": _pooled_ppl(c["buckets"], 0, l0),
                             "beyond_ppl": _pooled_ppl(c["buckets"], l0), "seconds": c["seconds"],
                             "sdpa_causal_path_only": c["sdpa"]["causal_path_only"]})
-    for doc in docs.values():
+    for name, doc in docs.items():
         plain = next((r for r in doc["rows"] if r["method"] == PLAIN), None)
         for r in doc["rows"]:
             r["in_range_vs_plain"] = _ratio(r["in_range_ppl"], plain and plain["in_range_ppl"])
             r["beyond_vs_own_in_range"] = _ratio(r["beyond_ppl"], r["in_range_ppl"])
             r["flat_past_l0"] = (None if r["beyond_vs_own_in_range"] is None
                                  else r["beyond_vs_own_in_range"] <= FLAT_RATIO)
-        doc["plain_breaks_at"] = None
+        doc["plain_breaks_at"] = doc["plain_breaks_window"] = None
         if plain is not None and plain["in_range_ppl"]:
             for start, ppl in zip(doc["edges"], plain["buckets"]):
                 if ppl is not None and ppl > BREAK_RATIO * plain["in_range_ppl"]:
                     doc["plain_breaks_at"] = start
                     break
+            nll = plain_nll.get(name)
+            if nll:  # finer: the first stretch of L₀/16 tokens above the threshold
+                window = max(1, doc["original_max_len"] // 16)
+                doc["plain_breaks_window"] = {"window": window,
+                                              "at": first_break(nll, plain["in_range_ppl"], window)}
     return docs
 
 
@@ -123,6 +137,10 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: 
                      f"perplexity {fmt_number(plain['in_range_ppl'])})" if at is not None
                      else f"never exceeds {BREAK_RATIO:g}× its in-range perplexity "
                           f"{fmt_number(plain['in_range_ppl'])} up to {doc['length']} tokens")
+            fine = doc.get("plain_breaks_window") or {}
+            if fine.get("at") is not None:
+                where += (f"; in windows of {fine['window']} tokens, the first above {BREAK_RATIO:g}× starts at "
+                          f"position {fine['at']} ({fine['at'] / l0:.3g}·L₀)")
             out.append(f"[{name}] plain RoPE {where}; past L₀ = {l0} it averages {fmt_number(plain['beyond_ppl'])}.")
         flat = [r["label"] for r in doc["rows"] if r["flat_past_l0"]]
         out.append(f"[{name}] within {FLAT_RATIO:g}× of their own in-range perplexity past L₀: "

@@ -34,16 +34,21 @@ def test_rerun_skips_finished_cells(tiny_model, tokenizer, tmp_path, monkeypatch
     passes = _counting(monkeypatch, "token_nll")
     decodes = _counting(monkeypatch, "greedy_continuation")
     cells = Grid(tiny_model, tokenizer, cfg, CellStore(tmp_path), model_id="tiny", progress=False, log=lambda _: None).run()
-    assert len(passes) == 3 and len(decodes) == 3 * 3  # 3 variants × 1 document; 3 variants × 3 trials
+    # 3 variants × 1 document + the in-range control pass; 3 variants × 3 trials
+    assert len(passes) == 4 and len(decodes) == 3 * 3
     files = sorted(p.name for p in (tmp_path / "cells").glob("*.json"))
-    assert len(files) == 6 and "loss-licenses-rope-yarn-x2-T128.json" in files
+    assert len(files) == 7 and "loss-licenses-rope-yarn-x2-T128.json" in files
+    control = json.loads((tmp_path / "cells" / "control-licenses-rope-T128.json").read_text())
+    assert control["offset"] == l0 and [b["start"] for b in control["buckets"]] == [0, 32, 64, 96]
+    assert control["buckets"][0]["tokens"] == 0 and control["buckets"][2]["tokens"] == l0 // 2 - 1
+    # the control reads tokens l0 … 2·l0 − 1 alone: targets l0 + 1 … 2·l0 − 1
     again = Grid(tiny_model, tokenizer, cfg, CellStore(tmp_path), model_id="tiny", progress=False,
                  log=lambda _: None).run()
-    assert len(passes) == 3 and len(decodes) == 9  # nothing recomputed
+    assert len(passes) == 4 and len(decodes) == 9  # nothing recomputed
     assert [c["name"] for c in again] == [c["name"] for c in cells]
     # a changed setting (the model) recomputes
     Grid(tiny_model, tokenizer, cfg, CellStore(tmp_path), model_id="other", progress=False, log=lambda _: None).run()
-    assert len(passes) == 6
+    assert len(passes) == 8
 
 
 def test_passkey_cell_resumes_at_its_next_trial(tiny_model, tokenizer, tmp_path, monkeypatch, l0):

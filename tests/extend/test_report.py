@@ -38,6 +38,15 @@ def test_summary_reads_the_numbers(seed):
     assert rows["rope-dynamic-ntk ×2"]["in_range_vs_plain"] == pytest.approx(1.0)
     assert rows["rope-yarn ×2"]["flat_past_l0"] and not rows["rope"]["flat_past_l0"]
     assert s["yarn_paper"]["agrees"] and s["yarn_paper"]["total"] == 3
+    # with a control (the same tokens read in range), "flat" compares with it instead
+    control = {"kind": "control", "document": "d", "offset": 100, "buckets": [
+        {"start": 100, "end": 150, "tokens": 50, "ppl": base[1] * 1.5}, {"start": 150, "end": 200, "tokens": 50,
+                                                                         "ppl": base[1] * 1.5}]}
+    with_control = summarise([*cells, control])["loss"]["d"]
+    rows = {r["label"]: r for r in with_control["rows"]}
+    assert with_control["control"]["beyond_ppl"] == pytest.approx(base[1] * 1.5)
+    assert rows["rope-linear ×2"]["beyond_vs_control"] == pytest.approx(math.sqrt(1.6 * 1.8) / 1.5)
+    assert rows["rope-linear ×2"]["flat_past_l0"] and not rows["rope"]["flat_past_l0"]
     # give PI YaRN's numbers and YaRN PI's: now neither YaRN nor dynamic NTK beats PI; only plain's check holds
     pi, yarn = ([b["ppl"] for b in c["buckets"]] for c in cells[1:3])
     cells[1], cells[2] = _loss_cell("rope-linear", 2.0, yarn), _loss_cell("rope-yarn", 2.0, pi)
@@ -54,7 +63,7 @@ def test_report_files_from_a_real_grid(tiny_model, tokenizer, tmp_path, l0):
                  log=lambda _: None).run()
     paths = write_report(cells, tmp_path, {"command": "test"})
     data = json.loads(paths["json"].read_text())
-    assert len(data["cells"]) == 6 and all("nll" not in c for c in data["cells"])
+    assert len(data["cells"]) == 7 and all("nll" not in c for c in data["cells"])  # 3 loss + control + 3 passkey
     assert {p.name for p in tmp_path.glob("*.png")} == {"loss-licenses-x2.png", "passkey.png"}
     page = paths["html"].read_text()
     assert "loss-licenses-x2.png" in page and "rope-yarn ×2" in page and "passkey" in page

@@ -150,6 +150,37 @@ class Grid:
         self.log(f"{name}: ppl first bucket {in_range:.2f}, last {cell['buckets'][-1]['ppl']:.2f}  ({seconds:.0f} s)")
         return cell
 
+    def control_cell(self, spec: str) -> dict[str, Any]:
+        """Plain RoPE on the last L₀ tokens of the loss text alone: the same tokens as past L₀, at in-range positions.
+
+        Text difficulty varies along a document; this pass says what perplexity those later tokens have
+        when the model reads them within its trained context (with less context before them), so a
+        method's perplexity past L₀ can be compared with the same tokens rather than with earlier text.
+        """
+        doc = self.document(spec)
+        l0, length = self.cfg.original_max_len, self.cfg.loss_length
+        offset = length - l0
+        name = cell_name("control", doc.name, PLAIN, f"T{length}")
+        settings = {**self.loss_settings(doc), "offset": offset}
+        saved = self.store.load(name, settings)
+        if saved is not None:
+            self.log(f"{name}: done earlier, kept")
+            return saved
+        ids = doc_tokens(doc, self.tokenizer, length)[offset:]
+        began = time.perf_counter()
+        bar = self._bar(len(getattr(self.model, "layers", [])), name)
+        with layer_progress(self.model, bar):
+            nll = token_nll(self.model, ids, chunk=self.cfg.chunk)
+        bar.close()
+        cell = {"kind": "control", "name": name, "document": doc.name, "source": doc.source, "method": PLAIN,
+                "factor": None, "offset": offset, "length": length, "original_max_len": l0,
+                "buckets": bucket_perplexity(nll, bucket_edges(length, l0), offset=offset),
+                "seconds": time.perf_counter() - began, "settings": settings}
+        self.store.save(name, cell)
+        self.log(f"{name}: the tokens past L₀ read in range: " + ", ".join(
+            f"{b['start']}–{b['end']}: {b['ppl']:.2f}" for b in cell["buckets"] if b["ppl"] and b["start"] >= l0))
+        return cell
+
     # -- passkey ---------------------------------------------------------------------------------
 
     def trials(self, length: int) -> list[Any]:
@@ -194,6 +225,8 @@ class Grid:
         for spec in self.cfg.documents:
             for method, factor in self.cfg.variants():
                 cells.append(self.loss_cell(spec, method, factor))
+                if method == PLAIN and self.cfg.loss_length > self.cfg.original_max_len:
+                    cells.append(self.control_cell(spec))
         for length in self.cfg.passkey_lengths:
             for method, factor in self.cfg.variants():
                 cells.append(self.passkey_cell(length, method, factor))

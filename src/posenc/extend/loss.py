@@ -84,9 +84,9 @@ def bucket_edges(length: int, original_max_len: int) -> list[int]:
     return edges + [length]
 
 
-def bucket_perplexity(nll: Tensor, edges: Sequence[int]) -> list[dict[str, Any]]:
-    """exp(mean loss) over target positions [a, b) for consecutive edges (entry p targets position p + 1)."""
-    targets = torch.arange(1, nll.numel() + 1)
+def bucket_perplexity(nll: Tensor, edges: Sequence[int], *, offset: int = 0) -> list[dict[str, Any]]:
+    """exp(mean loss) over target positions [a, b) for consecutive edges (entry p targets position offset + p + 1)."""
+    targets = torch.arange(1, nll.numel() + 1) + offset
     rows = []
     for a, b in zip(edges[:-1], edges[1:]):
         sel = nll[(targets >= a) & (targets < b)].double()

@@ -49,8 +49,13 @@ def first_break(nll: Sequence[float], in_range_ppl: float, window: int) -> int |
     return None
 
 
-def summarise_loss(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Per document: one row per (method, factor) with bucket perplexities and the derived ratios."""
+def summarise_loss(cells: Sequence[dict[str, Any]], controls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Per document: one row per (method, factor) with bucket perplexities and the derived ratios.
+
+    ``controls`` (plain RoPE over the last L₀ tokens alone) give, per document, the perplexity of the
+    tokens past L₀ read at in-range positions; with one, "flat past L₀" compares a method with it
+    (same tokens), else with the method's own in-range perplexity (earlier, different text).
+    """
     docs: dict[str, Any] = {}
     plain_nll = {c["document"]: c.get("nll") for c in cells if c["method"] == PLAIN}
     for c in sorted(cells, key=lambda c: (c["document"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
@@ -62,13 +67,19 @@ def summarise_loss(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
                             "buckets": [b["ppl"] for b in c["buckets"]], "in_range_ppl": _pooled_ppl(c["buckets"], 0, l0),
                             "beyond_ppl": _pooled_ppl(c["buckets"], l0), "seconds": c["seconds"],
                             "sdpa_causal_path_only": c["sdpa"]["causal_path_only"]})
+    by_doc = {c["document"]: c for c in controls}
     for name, doc in docs.items():
         plain = next((r for r in doc["rows"] if r["method"] == PLAIN), None)
+        control = by_doc.get(name)
+        doc["control"] = None if control is None else {
+            "offset": control["offset"], "buckets": [b["ppl"] if b["tokens"] else None for b in control["buckets"]],
+            "beyond_ppl": _pooled_ppl(control["buckets"], doc["original_max_len"])}
         for r in doc["rows"]:
             r["in_range_vs_plain"] = _ratio(r["in_range_ppl"], plain and plain["in_range_ppl"])
             r["beyond_vs_own_in_range"] = _ratio(r["beyond_ppl"], r["in_range_ppl"])
-            r["flat_past_l0"] = (None if r["beyond_vs_own_in_range"] is None
-                                 else r["beyond_vs_own_in_range"] <= FLAT_RATIO)
+            r["beyond_vs_control"] = _ratio(r["beyond_ppl"], doc["control"] and doc["control"]["beyond_ppl"])
+            reference = r["beyond_vs_control"] if doc["control"] else r["beyond_vs_own_in_range"]
+            r["flat_past_l0"] = None if reference is None else reference <= FLAT_RATIO
         doc["plain_breaks_at"] = doc["plain_breaks_window"] = None
         if plain is not None and plain["in_range_ppl"]:
             for start, ppl in zip(doc["edges"], plain["buckets"]):
@@ -143,8 +154,15 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: 
                           f"position {fine['at']} ({fine['at'] / l0:.3g}·L₀)")
             out.append(f"[{name}] plain RoPE {where}; past L₀ = {l0} it averages {fmt_number(plain['beyond_ppl'])}.")
         flat = [r["label"] for r in doc["rows"] if r["flat_past_l0"]]
-        out.append(f"[{name}] within {FLAT_RATIO:g}× of their own in-range perplexity past L₀: "
-                   + (", ".join(flat) if flat else "none") + ".")
+        control = doc.get("control")
+        if control:
+            ratios = ", ".join(f"{r['label']} {fmt_number(r['beyond_vs_control'])}×" for r in doc["rows"])
+            out.append(f"[{name}] the tokens past L₀ read in range (plain RoPE, last L₀ tokens alone) have perplexity "
+                       f"{fmt_number(control['beyond_ppl'])}; past L₀ each method reaches: {ratios} of that.")
+            what = "of that in-range reading of the same tokens"
+        else:
+            what = "of their own in-range perplexity (earlier text: a rough reference)"
+        out.append(f"[{name}] within {FLAT_RATIO:g}× {what} past L₀: " + (", ".join(flat) if flat else "none") + ".")
         costs = [f"{r['label']} {fmt_number(r['in_range_vs_plain'])}×" for r in doc["rows"]
                  if r["method"] != PLAIN and r["in_range_vs_plain"] is not None]
         if costs:
@@ -162,7 +180,7 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: 
 
 
 def summarise(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    loss = summarise_loss([c for c in cells if c["kind"] == "loss"])
+    loss = summarise_loss([c for c in cells if c["kind"] == "loss"], [c for c in cells if c["kind"] == "control"])
     passkey = summarise_passkey([c for c in cells if c["kind"] == "passkey"])
     agreement = yarn_agreement(loss)
     return {"loss": loss, "passkey": passkey, "yarn_paper": agreement,
@@ -192,6 +210,11 @@ def plot_loss(cells: Sequence[dict[str, Any]], out: Path) -> list[str]:
                 style = {"color": "black", "lw": 1.8} if c["method"] == PLAIN else {"lw": 1.2}
                 ax.plot(c["curve"]["position"], c["curve"]["ppl"], label=label(c["method"], c["factor"]), **style)
             l0 = mine[0]["original_max_len"]
+            for c in (c for c in cells if c["kind"] == "control" and c["document"] == doc):
+                spans = [b for b in c["buckets"] if b["tokens"] and b["start"] >= l0]
+                for i, b in enumerate(spans):
+                    ax.hlines(b["ppl"], b["start"], b["end"], color="grey", lw=3, alpha=0.6,
+                              label="same tokens read in range (plain)" if i == 0 else None)
             ax.axvline(l0, color="grey", ls="--", lw=1)
             ax.text(l0, 1.0, " L₀", transform=ax.get_xaxis_transform(), va="top", color="grey")
             ax.set_yscale("log")
@@ -254,13 +277,20 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     for name, doc in summary["loss"].items():
         lines += [f"## Perplexity by position — {name}", "", f"Text: {doc['source']}; {doc['length']} tokens; "
                   f"L₀ = {doc['original_max_len']}.", ""]
-        head = ["method", *_bucket_header(doc), "0–L₀", "past L₀", "in-range ×plain", "past/in-range", "s"]
+        head = ["method", *_bucket_header(doc), "0–L₀", "past L₀", "in-range ×plain", "past ×control",
+                "past/in-range", "s"]
         lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in doc["rows"]:
             cells = [r["label"], *(fmt_number(p) for p in r["buckets"]), fmt_number(r["in_range_ppl"]),
-                     fmt_number(r["beyond_ppl"]), fmt_number(r["in_range_vs_plain"]),
+                     fmt_number(r["beyond_ppl"]), fmt_number(r["in_range_vs_plain"]), fmt_number(r["beyond_vs_control"]),
                      fmt_number(r["beyond_vs_own_in_range"]), f"{r['seconds']:.0f}"]
             lines.append("| " + " | ".join(cells) + " |")
+        if doc.get("control"):
+            c = doc["control"]
+            lines.append("| control: same tokens in range | " + " | ".join(fmt_number(p) for p in c["buckets"])
+                         + f" | | {fmt_number(c['beyond_ppl'])} | | 1 | | |")
+            lines += ["", f"Control: plain RoPE over tokens {c['offset']}–{doc['length']} alone, so the tokens past "
+                      "L₀ sit at in-range positions (blank buckets: not in that pass)."]
         lines.append("")
     if summary["passkey"]:
         lines += ["## Passkey retrieval", "", "| length | method | found | accuracy | Wilson 95% | s |",
@@ -302,13 +332,24 @@ def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[s
         parts.append(f"<section id='loss-{esc(name)}'><h2>Perplexity by position — {esc(name)}</h2>"
                      f"<p class='meta'>{esc(doc['source'])} · {doc['length']} tokens · L₀ = {doc['original_max_len']}</p>")
         parts += [f"<img src='{esc(f)}' alt='{esc(f)}'>" for f in figures if f.startswith(f"loss-{name}")]
-        head = ["method", *_bucket_header(doc), "0–L₀", "past L₀", "in-range ×plain", "past / in-range", "seconds"]
+        head = ["method", *_bucket_header(doc), "0–L₀", "past L₀", "in-range ×plain", "past ×control",
+                "past / in-range", "seconds"]
         parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>")
         for r in doc["rows"]:
             values = [*(fmt_number(p) for p in r["buckets"]), fmt_number(r["in_range_ppl"]), fmt_number(r["beyond_ppl"]),
-                      fmt_number(r["in_range_vs_plain"]), fmt_number(r["beyond_vs_own_in_range"]), f"{r['seconds']:.0f}"]
+                      fmt_number(r["in_range_vs_plain"]), fmt_number(r["beyond_vs_control"]),
+                      fmt_number(r["beyond_vs_own_in_range"]), f"{r['seconds']:.0f}"]
             parts.append(f"<tr><td>{esc(r['label'])}</td>" + "".join(f"<td>{esc(v)}</td>" for v in values) + "</tr>")
-        parts.append("</table></section>")
+        if doc.get("control"):
+            c = doc["control"]
+            values = [*(fmt_number(p) if p else "" for p in c["buckets"]), "", fmt_number(c["beyond_ppl"]), "", "1", "", ""]
+            parts.append("<tr><td>control: same tokens in range</td>" + "".join(f"<td>{esc(v)}</td>" for v in values)
+                         + "</tr>")
+        parts.append("</table>")
+        if doc.get("control"):
+            parts.append(f"<p class='meta'>Control: plain RoPE over tokens {doc['control']['offset']}–{doc['length']} "
+                         "alone, so the tokens past L₀ sit at in-range positions.</p>")
+        parts.append("</section>")
     if summary["passkey"]:
         parts.append("<section id='passkey'><h2>Passkey retrieval</h2>")
         parts += [f"<img src='{esc(f)}' alt='passkey accuracy'>" for f in figures if f == "passkey.png"]

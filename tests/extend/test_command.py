@@ -57,7 +57,7 @@ def test_command_runs_resumes_and_reports(folder, tmp_path, capsys):
             "--json", str(tmp_path / "summary.json")]
     assert main(argv) == 0
     names = sorted(p.name for p in (out / "cells").glob("*.json"))
-    assert names == ["loss-licenses-rope-T192.json", "loss-licenses-rope-yarn-x2-T192.json",
+    assert names == ["control-licenses-rope-T192.json", "loss-licenses-rope-T192.json", "loss-licenses-rope-yarn-x2-T192.json",
                      "passkey-rope-L250.json", "passkey-rope-L400.json",
                      "passkey-rope-yarn-x2-L250.json", "passkey-rope-yarn-x2-L400.json"]
     data = json.loads((out / "results.json").read_text())
@@ -67,7 +67,7 @@ def test_command_runs_resumes_and_reports(folder, tmp_path, capsys):
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
     argv_again = [a for a in argv if a != "--quiet"]
     assert main(argv_again) == 0
-    assert capsys.readouterr().out.count("done earlier, kept") == 6
+    assert capsys.readouterr().out.count("done earlier, kept") == 7
     assert stamps == {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
 
 

@@ -1,28 +1,128 @@
+"""The command line: discovery, errors, one vocabulary, and a frozen flag set per command."""
+
+import argparse
 import json
 
+import pytest
+
 from posenc.cli import build_parser, main
+from posenc.cli_options import position_name, position_names
 from posenc.positions import names
 
+#: Every command's flags. A change here is a change of the public CLI: make it on purpose, say it in the
+#: README's changelog. New commands are added here by their author.
+FLAGS = {
+    "bench": ["--alloc", "--compile", "--full", "--json", "--markdown", "--no-compile", "--out", "--quiet", "--seed",
+              "--size", "--suites", "--threads"],
+    "demo": ["--dim", "--heads", "--kind", "--layers", "--position", "--position-option", "--seed", "--vocab"],
+    "inspect": ["--head-tensor", "--json", "--list-tensors", "--max-positions", "--neighbours", "--out",
+                "--position-offset", "--position-tensor", "--rows", "--sample", "--seed", "--token-tensor", "--tokens"],
+    "lab": ["--base", "--dim", "--json", "--length", "--only", "--out", "--quiet", "--seed"],
+    "lengthgen": ["--batch-size", "--dim", "--dropout", "--eval-examples", "--framing", "--fresh", "--heads", "--jobs",
+                  "--layers", "--lr", "--out", "--quick", "--quiet", "--report-only", "--scheme", "--seeds", "--shard",
+                  "--steps", "--task", "--test-max", "--threads", "--train-max"],
+    "schemes": ["--dim", "--heads", "--json"],
+    "train": ["--batch-size", "--checkpoint-dir", "--checkpoint-every", "--dim", "--dropout", "--eval-every",
+              "--eval-examples", "--framing", "--heads", "--json", "--layers", "--lr", "--position", "--quick",
+              "--quiet", "--resume", "--seed", "--steps", "--task", "--test-max", "--threads", "--train-max"],
+    "translate": ["--threads"],
+    "translate compare": ["--alpha", "--batch-tokens", "--beam", "--data", "--dim", "--dropout", "--eval-every",
+                          "--eval-sentences", "--ffn-dim", "--heads", "--label-smoothing", "--layers", "--limit", "--lr",
+                          "--max-tokens", "--model", "--out", "--position", "--position-option", "--quiet", "--seed",
+                          "--separate-vocab", "--source", "--split", "--split-seed", "--steps", "--sword-root",
+                          "--target", "--test", "--test-books", "--untied", "--valid", "--valid-books", "--vocab",
+                          "--warmup"],
+    "translate eval": ["--alpha", "--beam", "--examples", "--limit", "--quiet", "--run", "--sets"],
+    "translate prepare": ["--data", "--separate-vocab", "--source", "--split", "--split-seed", "--sword-root",
+                          "--target", "--test", "--test-books", "--valid", "--valid-books", "--vocab"],
+    "translate train": ["--batch-tokens", "--data", "--dim", "--dropout", "--eval-every", "--eval-sentences",
+                        "--ffn-dim", "--heads", "--label-smoothing", "--layers", "--lr", "--max-tokens", "--model",
+                        "--position", "--position-option", "--quiet", "--resume", "--run", "--seed",
+                        "--separate-vocab", "--source", "--split", "--split-seed", "--steps", "--sword-root",
+                        "--target", "--test", "--test-books", "--untied", "--valid", "--valid-books", "--vocab",
+                        "--warmup"],
+    "translate translate": ["--alpha", "--beam", "--run"],
+}
+#: Spellings retired for the shared vocabulary (the README changelog lists each with its replacement).
+RETIRED = {"--scheme": "--position", "--no-progress": "--quiet", "--models": "--model/--position"}
+#: Commands that still use a retired spelling, and why (remove the entry when the command moves).
+PENDING = {"lengthgen": "--scheme becomes --position when lengthgen moves to its package (issue 15)"}
 
-def test_schemes_lists_every_registered_name(capsys):
-    assert main(["schemes", "--json"]) == 0
-    listed = [row["name"] for row in json.loads(capsys.readouterr().out)]
-    assert listed == names()
+
+def commands(parser: argparse.ArgumentParser | None = None, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every command and nested action ("translate train"), by its command line."""
+    parser = parser or build_parser()
+    out: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                out[prefix + name] = sub
+                out.update(commands(sub, prefix + name + " "))
+    return out
 
 
-def test_unknown_scheme_is_a_clear_error(capsys):
-    assert main(["demo", "--position", "nope"]) == 2
+def flags(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted(o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help")
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_flag_set_is_frozen(command):
+    assert command in FLAGS, (f"`posenc {command}` is new: add its flags to FLAGS in tests/test_cli.py "
+                              f"({flags(commands()[command])}), using the shared ones of posenc.cli_options")
+    assert flags(commands()[command]) == FLAGS[command], (
+        f"`posenc {command}` flags changed; if on purpose, update FLAGS and the README changelog")
+
+
+def test_no_frozen_command_has_disappeared():
+    assert sorted(FLAGS) == sorted(commands()), "a command was removed: drop it from FLAGS and say so in the changelog"
+
+
+@pytest.mark.parametrize("command", sorted(commands()))
+def test_one_vocabulary(command):
+    parser = commands()[command]
+    if command not in PENDING:
+        used = sorted(set(flags(parser)) & set(RETIRED))
+        assert not used, f"`posenc {command}` uses retired spelling(s) {used}: use {[RETIRED[u] for u in used]}"
+    for action in parser._actions:
+        if "--position" in action.option_strings:  # the registry checks it and resolves aliases
+            assert action.type in (position_name, position_names), f"`posenc {command} --position` is not shared"
+
+
+def test_schemes_lists_every_registered_name_with_its_aliases(capsys):
+    assert main(["schemes", "--json", "-"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in rows] == names()
+    assert next(r for r in rows if r["name"] == "none")["aliases"] == ["nope"]
+
+
+def test_unknown_scheme_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--position", "ropee"])
+    assert exit_.value.code == 2
     err = capsys.readouterr().err
-    assert "unknown position scheme 'nope'" in err and "rope" in err
+    assert "unknown position scheme 'ropee'" in err and "rope" in err and "nope (= none)" in err
 
 
-def test_demo_describes_the_model(capsys):
-    assert main(["demo", "--position", "rope", "--kind", "decoder-only"]) == 0
+@pytest.mark.parametrize(("alias", "real"), [("nope", "none"), ("absolute", "sinusoidal")])
+def test_demo_accepts_aliases_and_describes_the_model(alias, real, capsys):
+    assert main(["demo", "--position", alias, "--kind", "decoder-only"]) == 0
     out = capsys.readouterr().out
     described = json.loads(out[: out.index("greedy")])
-    assert described["position"]["name"] == "rope"
+    assert described["position"]["name"] == real
+
+
+def test_demo_passes_position_options(capsys):
+    assert main(["demo", "--position", "rope", "--position-option", "base=500000", "--kind", "decoder-only"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[: out.index("greedy")])["position"]["base"] == 500000.0
+
+
+def test_out_dash_writes_no_files(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["lab", "--only", "sinusoid-norm", "--out", "-", "--json", "-", "--quiet"]) == 0
+    assert json.loads(capsys.readouterr().out)["experiments"][0]["id"] == "sinusoid-norm"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_subcommands_are_discovered():
-    sub = next(a for a in build_parser()._actions if a.dest == "command")
-    assert {"schemes", "demo"} <= set(sub.choices)
+    assert {"schemes", "demo", "lab", "translate train"} <= set(commands())

@@ -48,7 +48,7 @@ def test_summary_and_published_ranking_are_computed():
 def test_micro_grid_end_to_end_and_restart(tmp_path, capsys):
     argv = ["lengthgen", "--task", "copy", "--scheme", "nope,learned", "--steps", "12", "--train-max", "2",
             "--test-max", "3", "--dim", "16", "--heads", "2", "--layers", "1", "--batch-size", "8",
-            "--eval-examples", "4", "--threads", "1", "--no-progress", "--out", str(tmp_path)]
+            "--eval-examples", "4", "--threads", "1", "--quiet", "--out", str(tmp_path)]
     assert main(argv) == 0
     data = json.loads((tmp_path / "results.json").read_text())
     assert [c["scheme"] for c in data["cells"]] == ["none", "learned"]
@@ -66,9 +66,9 @@ def test_micro_grid_end_to_end_and_restart(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_train_command_resumes_to_the_same_result(tmp_path, capsys):
-    common = ["train", "--task", "reverse", "--scheme", "alibi", "--train-max", "3", "--test-max", "4", "--dim", "16",
-              "--heads", "2", "--layers", "1", "--batch-size", "8", "--eval-examples", "4", "--threads", "1",
-              "--no-progress", "--steps", "10"]
+    common = ["train", "--task", "reverse", "--position", "alibi", "--train-max", "3", "--test-max", "4", "--dim",
+              "16", "--heads", "2", "--layers", "1", "--batch-size", "8", "--eval-examples", "4", "--threads", "1",
+              "--quiet", "--steps", "10"]
     run = tmp_path / "run"
     assert main([*common, "--checkpoint-dir", str(run), "--checkpoint-every", "5",
                  "--json", str(tmp_path / "full.json")]) == 0

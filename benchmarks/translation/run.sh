@@ -9,6 +9,6 @@ OUT=${1:-runs/translation-compare}
 sh scripts/ensure-sword.sh
 OMP_NUM_THREADS=1 posenc translate --threads 1 compare \
     --data "$OUT/data" --vocab 4000 --out "$OUT" \
-    --models sinusoidal,torch,rope,alibi,learned \
+    --model torch,posenc --position sinusoidal,rope,alibi,learned \
     --dim 128 --heads 4 --layers 2 --dropout 0.0 --steps 250 --warmup 25 --lr 2e-3 \
     --batch-tokens 2000 --eval-every 50 --eval-sentences 0 --beam 1 --limit 400

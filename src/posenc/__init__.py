@@ -5,7 +5,7 @@ from posenc.attention import KVCache, MultiHeadAttention
 from posenc.embedding import OutputHead, TokenEmbedding, count_parameters, neighbours, one_hot_lookup
 from posenc.positions import build as build_position
 from posenc.positions import names as position_names
-from posenc.transformer import (
+from posenc.models import (
     DecoderOnlyLM,
     EncoderDecoder,
     ModelConfig,

@@ -214,8 +214,7 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and cache.static and cache.k is not None:
             k, v, k_pos = cache.k, cache.v, cache.positions
             assert v is not None and k_pos is not None
-            # keys were rotated when the cache was filled; rotate the queries alone
-            q, _ = self.position.rotate(q, k[..., :0, :], q_pos, k_pos[..., :0])
+            q = self.position.rotate_query(q, q_pos)  # keys were rotated when the cache was filled
         else:
             source = x if self_attention else context
             assert source is not None

@@ -33,7 +33,7 @@ def test_gpt2_like_report(tmp_path, gen, capsys):
 
 def test_json_and_list_tensors(tmp_path, gen, capsys):
     gpt2_like(tmp_path, gen, vocab=20, length=16, dim=8, head="own")
-    assert main(["inspect", str(tmp_path), "--json", "--sample", "20"]) == 0
+    assert main(["inspect", str(tmp_path), "--json", "-", "--sample", "20"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["tying"]["status"] == "untied" and data["located"]["head"] == "lm_head.weight"
     assert main(["inspect", str(tmp_path), "--list-tensors"]) == 0
@@ -124,9 +124,21 @@ def test_t5_like_bf16_relative_bias(tmp_path, gen):
 
 def test_rows_option(tmp_path, gen, capsys):
     gpt2_like(tmp_path, gen, vocab=20, length=32, dim=8)
-    assert main(["inspect", str(tmp_path), "--rows", "4:20", "--json", "--sample", "5"]) == 0
+    assert main(["inspect", str(tmp_path), "--rows", "4:20", "--json", "-", "--sample", "5"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["position"]["rows"] == [4, 20] and data["position"]["analysis"]["shape"] == [16, 8]
     assert main(["inspect", str(tmp_path), "--rows", "a:b"]) == 2
     assert "START:STOP" in capsys.readouterr().err
     assert main(["inspect", str(tmp_path), "--rows", "30:40"]) == 2
+
+
+def test_out_dash_writes_no_files(tmp_path, gen, monkeypatch, capsys):
+    """`--out -` means "no files" here as in every command (it once made a folder named '-')."""
+    ckpt = tmp_path / "ckpt"
+    gpt2_like(ckpt, gen, vocab=20, length=16, dim=8)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["inspect", str(ckpt), "--out", "-", "--json", "-", "--sample", "10"]) == 0
+    assert json.loads(capsys.readouterr().out)["located"]["position"] == "transformer.wpe.weight"
+    assert list(work.iterdir()) == []

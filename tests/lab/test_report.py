@@ -32,7 +32,7 @@ VALUE_NAMES = {
 
 
 def test_json_interface(capsys):
-    assert main(["lab", "--json", "--quiet", "--out", "-", "--only", ",".join(CHEAP)]) == 0
+    assert main(["lab", "--json", "-", "--quiet", "--out", "-", "--only", ",".join(CHEAP)]) == 0
     data = json.loads(capsys.readouterr().out)
     exps = {e["id"]: e for e in data["experiments"]}
     assert list(exps) == CHEAP
@@ -49,7 +49,7 @@ def test_json_interface(capsys):
 
 
 def test_defaults_reproduce_the_articles_numbers():
-    """At d = 64, L = 512, base 10000 the lab must give the articles' values (SPEC.md items 1–6)."""
+    """At d = 64, L = 512, base 10000 the lab must give the articles' values (docs/lab.md, article 000)."""
     f = {x.id: x.values for x in run_lab(LabConfig(), only=CHEAP[:6])}
     w0, w100 = f["naive-position"]["windows"]
     assert round(w0["position_spread"], 2) == 11.18 and round(w100["position_spread"], 2) == 458.39
@@ -74,7 +74,7 @@ def test_unknown_id_and_bad_sizes_are_clear_errors(capsys):
 
 
 def test_properties_command_lists_every_scheme(capsys):
-    assert main(["lab", "properties", "--json", "--quiet", "--length", "64", "--dim", "16"]) == 0
+    assert main(["lab", "properties", "--json", "-", "--quiet", "--length", "64", "--dim", "16"]) == 0
     rows = json.loads(capsys.readouterr().out)["properties"]
     assert [r["name"] for r in rows] == names()
 

@@ -66,7 +66,7 @@ def test_refuses_positions_beyond_the_dtype_range():
 
 def test_single_sided_rotation_is_refused_but_module_apply_works():
     xpos = XPos(head_dim=8)
-    with pytest.raises(TypeError, match="apply_query"):
+    with pytest.raises(TypeError, match="rotate_query"):
         xpos.rotate_one(torch.zeros(1, 8), torch.arange(1))
     seen = []
     xpos.apply(lambda m: seen.append(m))

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from posenc.transformer import ModelConfig, build_encoder_decoder
+from posenc.models import ModelConfig, build_encoder_decoder
 from posenc.translation.baseline import BaselineConfig, TorchTransformer
 from posenc.translation.decode import beam_search, greedy_decode, length_penalty, translate_ids
 from posenc.translation.tokenizer import BOS, EOS, PAD

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
+import sys
 from typing import Any
+
+from posenc.cli_options import add_json, add_out, add_quiet, add_seed, add_threads, apply_threads, out_dir
 
 DEFAULT_SUITES = "rope,angles,additive,bias,attention,train,lab"
 
@@ -23,8 +27,6 @@ def canonical_command(args: argparse.Namespace, *, suites: list[str], size: str,
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
     from posenc.bench import SUITES, report
     from posenc.bench import run as run_bench
 
@@ -33,24 +35,26 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"unknown suite(s) {unknown}; valid: {', '.join(SUITES)}")
     allocators = [a.strip() for a in args.alloc.split(",") if a.strip()]
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     size = "full" if args.full else args.size
     compile_peers = args.compile if args.compile is not None else size == "full"
     command = canonical_command(args, suites=suites, size=size, allocators=allocators, compile_peers=compile_peers)
     result = run_bench(suites, size=size, allocators=allocators, compile_peers=compile_peers, seed=args.seed,
                        command=command, progress=not args.quiet)
-    print(report.render_terminal(result))
-    out_json, out_md = args.json, args.markdown
-    if args.out:
-        out_json = out_json or f"{args.out}/results.json"
-        out_md = out_md or f"{args.out}/results.md"
+    to_stdout = args.json == "-"
+    if to_stdout:
+        print(json.dumps(result, indent=2))
+    else:
+        print(report.render_terminal(result))
+    out_json, out_md = (None if to_stdout else args.json), args.markdown
+    folder = out_dir(args)
+    if folder is not None:
+        out_json = out_json or str(folder / "results.json")
+        out_md = out_md or str(folder / "results.md")
     report.write(result, json_path=out_json, markdown_path=out_md)
     for path in (out_json, out_md):
         if path:
-            print(f"wrote {path}")
+            print(f"wrote {path}", file=sys.stderr if to_stdout else sys.stdout)
     return 0
 
 
@@ -68,10 +72,10 @@ def register(sub: Any) -> None:
     p.add_argument("--compile", dest="compile", action="store_true", default=None,
                    help="also time torch.compile of the HF form (default: only with --full; needs a C++ compiler)")
     p.add_argument("--no-compile", dest="compile", action="store_false")
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="directory for results.json and results.md")
-    p.add_argument("--json", default=None, help="write the results as JSON here")
-    p.add_argument("--markdown", default=None, help="write the results as Markdown here")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_threads(p)
+    add_seed(p, help="seed of the random inputs")
+    add_out(p, default=None, help="folder for results.json and results.md")
+    add_json(p)
+    p.add_argument("--markdown", default=None, metavar="FILE", help="write the results as Markdown to FILE")
+    add_quiet(p)
     p.set_defaults(func=run)

@@ -6,15 +6,19 @@ import argparse
 import json
 from typing import Any
 
+from posenc.cli_options import add_position, add_seed, position_options
+
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from posenc import ModelConfig, build_decoder_only, build_encoder_decoder
+    from posenc.models import ModelConfig, build_decoder_only, build_encoder_decoder
+    from posenc.positions import lookup
 
     torch.manual_seed(args.seed)
+    widens = lookup(args.position).extra_width > 0  # the naive index: a tied head would not fit
     cfg = ModelConfig(vocab_size=args.vocab, dim=args.dim, num_heads=args.heads, num_layers=args.layers,
-                      position=args.position, tie_embeddings=args.position != "naive")
+                      position=args.position, position_options=position_options(args), tie_embeddings=not widens)
     model = build_encoder_decoder(cfg) if args.kind == "encoder-decoder" else build_decoder_only(cfg)
     model.eval()
     print(json.dumps(model.describe(), indent=2))
@@ -30,10 +34,10 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     p = sub.add_parser("demo", help="build a small model and print what it built")
     p.add_argument("--kind", choices=["encoder-decoder", "decoder-only"], default="encoder-decoder")
-    p.add_argument("--position", default="sinusoidal", help="a name from `posenc schemes`")
+    add_position(p, default="sinusoidal")
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--vocab", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
+    add_seed(p, help="seed of the random weights and prompt")
     p.set_defaults(func=run)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from typing import Any
+
+from posenc.cli_options import add_json, add_out, add_seed, json_to_stdout, out_dir, write_json
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,13 +31,14 @@ def run(args: argparse.Namespace) -> int:
                                 head_tensor=args.head_tensor, position_offset=args.position_offset,
                                 tokens=tokens, k=args.neighbours, max_positions=args.max_positions, seed=args.seed,
                                 sample=args.sample, rows=rows)
-    page = write_report(result, args.out) if args.out else None
-    if args.json:
-        print(json.dumps(compact(result), indent=1))
-    else:
+    folder = out_dir(args)
+    page = write_report(result, folder) if folder is not None else None
+    to_stdout = json_to_stdout(args)
+    if not to_stdout:
         print("\n".join(summary_lines(result)))
-        if page:
-            print(f"report      {page}")
+    write_json(args, compact(result))
+    if page:
+        print(f"report      {page}", file=sys.stderr if to_stdout else sys.stdout)
     return 0
 
 
@@ -45,8 +48,8 @@ def register(sub: Any) -> None:
                                    "checkpoint (file, shard index, or folder with config.json) and measure them. "
                                    "Pickle-based files are refused.")
     p.add_argument("path", help="a .safetensors file, a *.safetensors.index.json, or a model folder")
-    p.add_argument("--json", action="store_true", help="print the measurements as JSON instead of a summary")
-    p.add_argument("--out", metavar="DIR", help="write index.html, inspect.json and PNG figures into DIR")
+    add_json(p, help="write the measurements as JSON to FILE ('-': print them instead of the summary)")
+    add_out(p, default=None, help="write index.html, inspect.json and PNG figures into this folder")
     p.add_argument("--position-tensor", metavar="NAME", help="name of the position table (overrides the search)")
     p.add_argument("--token-tensor", metavar="NAME", help="name of the token table (overrides the search)")
     p.add_argument("--head-tensor", metavar="NAME", help="name of the output head (overrides the search)")
@@ -60,6 +63,6 @@ def register(sub: Any) -> None:
                    help="positions measured for a rotary scheme read from config.json (default 1024)")
     p.add_argument("--sample", type=int, default=1000, metavar="N",
                    help="token rows sampled to count how often a row tops its own dot-product list (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline and samples")
+    add_seed(p, help="seed of the random baseline and samples")
     p.add_argument("--list-tensors", action="store_true", help="list the checkpoint's tensors and exit")
     p.set_defaults(func=run)

@@ -2,16 +2,19 @@
 
     posenc lab                          # all experiments, table + lab-report/index.html
     posenc lab --only sinusoid-norm,not-monotonic --dim 128 --length 2048
-    posenc lab --json                   # one JSON object on stdout
+    posenc lab --json - --out -         # one JSON object on stdout, no files
     posenc lab properties               # the property table of every registered scheme
+
+Every claim, where it comes from and what "holds" means: docs/lab.md.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from posenc.cli_options import add_json, add_out, add_quiet, add_seed, json_to_stdout, out_dir, write_json
 
 
 def run(args: argparse.Namespace) -> int:
@@ -21,38 +24,41 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = LabConfig(dim=args.dim, length=args.length, base=args.base, seed=args.seed)
     show_progress = not args.quiet  # tqdm on stderr: stdout stays clean for --json
+    to_stdout = json_to_stdout(args)  # then the table and messages go elsewhere: stdout is one JSON object
     if args.what == "properties":
         rows = property_table(cfg, progress=show_progress)
-        print(json.dumps({"properties": rows}, indent=1) if args.json else property_text(rows))
+        if not to_stdout:
+            print(property_text(rows))
+        write_json(args, {"properties": rows})
         return 0
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     findings = run_lab(cfg, only=only, progress=show_progress)
     rows = property_table(cfg) if not only else None
-    if args.json:
-        print(json.dumps(to_json(findings, cfg=cfg, properties=rows)))
-    else:
+    if not to_stdout:
         print(terminal_table(findings))
         if rows:
             print()
             print(property_text(rows))
-    if args.out != "-":
-        index = write_report(findings, args.out, cfg=cfg, properties=rows, progress=show_progress)
-        print(f"report: {index}", file=sys.stderr if args.json else sys.stdout)
+    write_json(args, to_json(findings, cfg=cfg, properties=rows), indent=None)
+    folder = out_dir(args)
+    if folder is not None:
+        index = write_report(findings, folder, cfg=cfg, properties=rows, progress=show_progress)
+        print(f"report: {index}", file=sys.stderr if to_stdout else sys.stdout)
     return 0
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("lab", help="reproduce every measured claim of the source articles",
-                       description="Run the lab's experiments (shared/SPEC.md items 1–20) and report them.")
+                       description="Run the lab's experiments — each a claim of the source articles, measured "
+                                   "and checked (docs/lab.md lists them) — and report them.")
     p.add_argument("what", nargs="?", choices=["run", "properties"], default="run",
                    help="'run' (default): the experiments; 'properties': the property table of every scheme")
     p.add_argument("--only", metavar="ID[,ID...]", help="run only these experiment ids")
     p.add_argument("--dim", type=int, default=64, help="model width d (default 64)")
     p.add_argument("--length", type=int, default=512, help="number of positions L (default 512)")
     p.add_argument("--base", type=float, default=10000.0, help="sinusoid/RoPE base (default 10000)")
-    p.add_argument("--seed", type=int, default=0, help="seed for every random table and weight (default 0)")
-    p.add_argument("--out", default="lab-report", metavar="DIR",
-                   help="write index.html, figures and results.json here (default lab-report/; '-' for none)")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    add_seed(p, help="seed for every random table and weight")
+    add_out(p, default="lab-report", help="write index.html, figures and results.json here")
+    add_json(p, help="write every finding as one JSON object to FILE ('-': print it instead of the table)")
+    add_quiet(p)
     p.set_defaults(func=run)

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs > 1:
         cells, finished = _run_jobs(args, grid)
     else:
-        cells = lg.run_grid(grid, args.out, shard=args.shard, fresh=args.fresh, progress=not args.no_progress,
+        cells = lg.run_grid(grid, args.out, shard=args.shard, fresh=args.fresh, progress=not args.quiet,
                             log=print if info.is_main else (lambda _: None))
         finished = len(cells) == len([c for i, c in enumerate(grid.cells()) if i % args.shard[1] == args.shard[0]])
     meta.update(wall_seconds=time.perf_counter() - began, settings=grid.settings.__dict__,

@@ -2,15 +2,17 @@
 
 Example::
 
-    posenc train --task copy --scheme rope --steps 1500 --checkpoint-dir runs/copy-rope
+    posenc train --task copy --position rope --steps 1500 --checkpoint-dir runs/copy-rope
     # Ctrl-C saves; the same command with --resume continues to the same final weights.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from typing import Any
+
+from posenc.cli_options import add_json, add_position, add_quiet, add_seed, add_threads, json_to_stdout, write_json
 
 
 def set_threads(threads: int | None, world_size: int) -> int:
@@ -41,8 +43,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--layers", type=int, default=None)
     g.add_argument("--dropout", type=float, default=None)
     g.add_argument("--eval-examples", type=int, default=None, help="evaluated examples per length")
-    g.add_argument("--threads", type=int, default=None, help="torch threads per process (default 1; use --jobs/torchrun for more cores)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_threads(g, help="torch threads per process (default 1; use --jobs/torchrun for more cores)")
+    add_quiet(g)
 
 
 def settings_from_args(args: argparse.Namespace, base: Any) -> Any:
@@ -63,18 +65,17 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, lg.QUICK if args.quick else lg.DEFAULT)
     if args.resume and not args.checkpoint_dir:
         raise ValueError("--resume needs --checkpoint-dir (the directory of the run to continue)")
-    cell = lg.train_one(args.task, args.scheme, seed=args.seed, settings=settings, checkpoint_dir=args.checkpoint_dir,
-                        resume=args.resume, checkpoint_every=args.checkpoint_every, progress=not args.no_progress)
+    cell = lg.train_one(args.task, args.position, seed=args.seed, settings=settings, checkpoint_dir=args.checkpoint_dir,
+                        resume=args.resume, checkpoint_every=args.checkpoint_every, progress=not args.quiet)
     if info.is_main:
         lo, hi = cell["train_lengths"]
+        show = sys.stderr if json_to_stdout(args) else sys.stdout  # `--json -`: stdout holds only the JSON
         print(f"{cell['task']} / {cell['scheme']}: trained {cell['steps']} steps on lengths {lo}–{hi} "
-              f"(final loss {cell['final_loss']:.4f}, {cell['seconds']:.0f} s)")
-        print("length  accuracy")
+              f"(final loss {cell['final_loss']:.4f}, {cell['seconds']:.0f} s)", file=show)
+        print("length  accuracy", file=show)
         for n, acc in cell["accuracy"].items():
-            print(f"{n:>6}  {100 * acc:6.1f} %{'' if int(n) <= hi else '   (beyond training)'}")
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as handle:
-                json.dump(cell, handle, indent=1)
+            print(f"{n:>6}  {100 * acc:6.1f} %{'' if int(n) <= hi else '   (beyond training)'}", file=show)
+        write_json(args, cell)
     if info.world_size > 1:
         import torch.distributed as dist
 
@@ -86,13 +87,13 @@ def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train one model on a synthetic task (checkpoints, --resume)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="copy", help="copy, reverse, sort, addition or scan")
-    p.add_argument("--scheme", default="rope", help="a registered position scheme (aliases nope, absolute)")
-    p.add_argument("--seed", type=int, default=0)
+    add_position(p, default="rope", options=False)
+    add_seed(p, help="seed of the weights and the training data")
     p.add_argument("--quick", action="store_true", help="the small preset of `lengthgen --quick`")
     p.add_argument("--checkpoint-dir", default=None, help="save here (at the end, every --checkpoint-every, on Ctrl-C)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every N steps (0: at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir exactly")
     p.add_argument("--eval-every", type=int, default=None, help="also evaluate every N steps")
-    p.add_argument("--json", default=None, help="write the result (accuracy by length, history) to this file")
+    add_json(p, help="write the result (accuracy by length, history) as JSON to FILE ('-': stdout)")
     add_model_args(p)
     p.set_defaults(func=run)

@@ -2,9 +2,10 @@
 
     posenc translate prepare --data runs/bible            # read, align, split, train BPE
     posenc translate train   --data runs/bible --run runs/rope --position rope
+    posenc translate train   --data runs/bible --run runs/torch --model torch   # the nn.Transformer baseline
     posenc translate eval    --run runs/rope --beam 4
     posenc translate translate --run runs/rope "In the beginning was the Word."
-    posenc translate compare --data runs/bible --out runs/cmp --models torch,sinusoidal,learned,rope,alibi
+    posenc translate compare --data runs/bible --out runs/cmp --model torch,posenc --position sinusoidal,rope
 """
 
 from __future__ import annotations
@@ -12,14 +13,22 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
+from posenc.cli_options import add_out, add_position, add_quiet, add_seed, add_threads, apply_threads, out_dir
 
-def _threads(args: argparse.Namespace) -> None:
-    import torch
+BACKBONES = ("posenc", "torch")
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+
+def backbone_list(text: str) -> list[str]:
+    """argparse type: a comma list of ``posenc`` / ``torch``."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in BACKBONES]
+    if bad or not items:
+        raise argparse.ArgumentTypeError(f"--model takes a comma list of {', '.join(BACKBONES)}, got {text!r}")
+    return list(dict.fromkeys(items))
 
 
 def _prepare(args: argparse.Namespace):
@@ -32,14 +41,20 @@ def _prepare(args: argparse.Namespace):
                         test_books=tuple(b for b in args.test_books.split(",") if b))
 
 
-def _options(args: argparse.Namespace, model: str, position: str):
-    from posenc.translation.run import TranslateOptions
+def _options(args: argparse.Namespace, prepared: Any, *, backbone: str, position: str):
+    """The run's options from the flags: a ModelConfig for the data's tokenizer and a TrainConfig."""
+    from posenc.cli_options import position_options
+    from posenc.train import TrainConfig
+    from posenc.translation.run import TranslateOptions, model_config
 
-    return TranslateOptions(model=model, position=position, dim=args.dim, heads=args.heads, layers=args.layers,
-                            ffn_dim=args.ffn_dim, dropout=args.dropout, tie_embeddings=not args.untied,
-                            steps=args.steps, lr=args.lr, warmup_steps=args.warmup, batch_tokens=args.batch_tokens,
+    model = model_config(prepared.codec, dim=args.dim, num_heads=args.heads, num_layers=args.layers,
+                         ffn_dim=args.ffn_dim, dropout=args.dropout, tie_embeddings=not args.untied,
+                         position=position, position_options=position_options(args))
+    train = TrainConfig(steps=args.steps, lr=args.lr, min_lr=args.lr * 0.05, warmup_steps=args.warmup,
+                        eval_every=args.eval_every, log_every=10, seed=args.seed)
+    return TranslateOptions(backbone=backbone, model=model, train=train, batch_tokens=args.batch_tokens,
                             max_tokens=args.max_tokens, label_smoothing=args.label_smoothing,
-                            eval_every=args.eval_every, eval_sentences=args.eval_sentences, seed=args.seed)
+                            eval_sentences=args.eval_sentences)
 
 
 def run_prepare(args: argparse.Namespace) -> int:
@@ -49,24 +64,23 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    _threads(args)
+    apply_threads(args)
     from posenc.translation.run import train_run
 
     prepared = _prepare(args)
-    model = "torch" if args.position == "torch" else "posenc"
-    record = train_run(_options(args, model, "sinusoidal" if model == "torch" else args.position), prepared, args.run,
-                       resume=args.resume)
+    opts = _options(args, prepared, backbone=args.model, position=args.position or "sinusoidal")
+    record = train_run(opts, prepared, args.run, resume=args.resume, progress=not args.quiet)
     print(json.dumps({k: record[k] for k in ("label", "steps", "train_seconds", "tokens", "evals")}, indent=2))
     return 0
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    _threads(args)
+    apply_threads(args)
     from posenc.translation.run import evaluate_run
 
     sets = tuple(s for s in args.sets.split(",") if s)
     metrics = evaluate_run(args.run, beam=args.beam, alpha=args.alpha, sets=sets, limit=args.limit,
-                           examples=args.examples)
+                           examples=args.examples, progress=not args.quiet)
     for name, s in metrics["sets"].items():
         if s.get("n"):
             print(f"{name:>5}: BLEU {s['bleu']:6.2f}  chrF {s['chrf']:6.2f}  (n={s['n']}, "
@@ -76,7 +90,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def run_translate(args: argparse.Namespace) -> int:
-    _threads(args)
+    apply_threads(args)
     from posenc.translation.run import translate_texts
 
     texts = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
@@ -88,14 +102,18 @@ def run_translate(args: argparse.Namespace) -> int:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    _threads(args)
-    from posenc.translation.compare import run_comparison
+    apply_threads(args)
+    from posenc.translation.compare import comparison_runs, run_comparison
 
     prepared = _prepare(args)
-    models = [m for m in args.models.split(",") if m]
-    rows = run_comparison(prepared, args.out, models=models, base=_options(args, "posenc", "sinusoidal"),
-                          beam=args.beam, limit=args.limit)
-    print((__import__("pathlib").Path(args.out) / "results.md").read_text())
+    positions = args.position if "posenc" in args.model else []
+    runs = comparison_runs(_options(args, prepared, backbone="posenc", position="sinusoidal"), positions=positions,
+                           baseline="torch" in args.model)
+    folder = out_dir(args)
+    with tempfile.TemporaryDirectory(prefix="posenc-compare-") as scratch:  # `--out -`: runs live only here
+        where = folder if folder is not None else Path(scratch)
+        rows = run_comparison(prepared, where, runs=runs, beam=args.beam, limit=args.limit, progress=not args.quiet)
+        print((where / "results.md").read_text())
     return 0 if rows else 1
 
 
@@ -131,7 +149,7 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--label-smoothing", type=float, default=0.1)
     g.add_argument("--eval-every", type=int, default=50, help="validation loss (+ greedy BLEU) every N updates")
     g.add_argument("--eval-sentences", type=int, default=0, help="validation sentences decoded for BLEU")
-    g.add_argument("--seed", type=int, default=0)
+    add_seed(g, help="seed of the weights, the batch order and dropout")
 
 
 def _decode_args(p: argparse.ArgumentParser, beam: int = 4) -> None:
@@ -142,7 +160,7 @@ def _decode_args(p: argparse.ArgumentParser, beam: int = 4) -> None:
 def register(sub: Any) -> None:
     p = sub.add_parser("translate", help="English→Spanish translation on real text (SWORD Bibles), scored with sacreBLEU",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    add_threads(p)
     p.epilog = ("Defaults are the CPU-sized run recorded in benchmarks/translation/ (d=128, 2+2 layers, BPE 4000, "
                 "250 updates of ≤2000 padded tokens per side).")
     tsub = p.add_subparsers(dest="translate_command", required=True, metavar="ACTION")
@@ -155,8 +173,12 @@ def register(sub: Any) -> None:
     _data_args(q)
     _model_args(q)
     q.add_argument("--run", required=True, help="run directory (checkpoints, run.json)")
-    q.add_argument("--position", default="sinusoidal", help="a position scheme name, or 'torch' for the nn.Transformer baseline")
+    q.add_argument("--model", choices=BACKBONES, default="posenc",
+                   help="posenc's EncoderDecoder (default) or the torch.nn.Transformer baseline (sinusoidal only)")
+    add_position(q, default=None, help="position scheme of the posenc model (default sinusoidal); a name from "
+                                       "`posenc schemes` or an alias (nope, absolute)")
     q.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    add_quiet(q)
     q.set_defaults(func=run_train)
 
     q = tsub.add_parser("eval", help="score a trained run on the held-out sets with sacreBLEU BLEU and chrF")
@@ -165,6 +187,7 @@ def register(sub: Any) -> None:
     q.add_argument("--sets", default="test,long,x3", help="comma-separated: test, long, x3")
     q.add_argument("--limit", type=int, default=None, help="first N sentences of each set")
     q.add_argument("--examples", type=int, default=5, help="example translations stored per set")
+    add_quiet(q)
     q.set_defaults(func=run_eval)
 
     q = tsub.add_parser("translate", help="translate sentences (arguments or stdin)")
@@ -177,8 +200,11 @@ def register(sub: Any) -> None:
     _data_args(q)
     _model_args(q)
     _decode_args(q, beam=1)
-    q.add_argument("--out", required=True)
-    q.add_argument("--models", default="torch,sinusoidal,learned,rope,alibi",
-                   help="comma-separated position names; 'torch' = torch.nn.Transformer + sinusoidal baseline")
+    add_out(q, default="runs/translate-compare", help="one run folder per model, results.md/json, curves.png")
+    q.add_argument("--model", type=backbone_list, default=["torch", "posenc"], metavar="LIST",
+                   help="implementations to compare: posenc (one run per --position) and/or torch "
+                        "(the torch.nn.Transformer baseline, sinusoidal) (default: torch,posenc)")
+    add_position(q, default="sinusoidal,learned,rope,alibi", many=True)
     q.add_argument("--limit", type=int, default=None, help="first N sentences of each evaluation set")
+    add_quiet(q)
     q.set_defaults(func=run_compare)

@@ -1,6 +1,6 @@
 """Presenting an inspection: terminal summary, PNG figures and a static HTML page.
 
-Plotting lives here, apart from the measures (STYLE.md habit 8): every figure
+Plotting lives here, apart from the measures: every figure
 is drawn from the plain data :func:`posenc.inspect.inspect_checkpoint` returns.
 """
 

@@ -5,7 +5,7 @@ A checkpoint is a ``.safetensors`` file, a sharded set described by a
 ``config.json`` and a vocabulary file). Anything that would need ``pickle`` —
 ``pytorch_model.bin``, ``.pt``/``.pth``/``.ckpt`` files, ``torch.save`` zip
 archives, raw pickle streams — is refused: unpickling a downloaded file can run
-arbitrary code (DESIGN.md: "never unpickle what a user downloaded").
+arbitrary code, so posenc never unpickles what a user downloaded.
 
 Every header is validated here, before the ``safetensors`` library maps the
 file, so that a truncated download, a malformed header or a missing tensor gets

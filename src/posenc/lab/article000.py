@@ -1,4 +1,4 @@
-"""Article 000 — how a positional encoding puts order into attention (SPEC items 1–8).
+"""Article 000 — how a positional encoding puts order into attention (the first eight lab claims; docs/lab.md).
 
 Every number comes from the library: the tables from ``posenc.positions``
 (``build("naive" | "sinusoidal" | "learned")``), attention from

@@ -1,6 +1,6 @@
 """Articles 001 / 002 — the d2l presentation: the encoding module, multi-head attention,
 CNN vs RNN vs self-attention measured, encoder/decoder masking, and the exercises
-(SPEC items 9–13).
+(lab claims pe-module … exercises-relative; docs/lab.md).
 
 Shape legend: B batch, T / n sequence length, d width, H heads, V vocabulary.
 """
@@ -22,7 +22,8 @@ from posenc.lab import measures
 from posenc.lab.core import Finding, LabConfig, experiment
 from posenc.lab.flops import count_flops
 from posenc.positions import build, default_positions, names
-from posenc.transformer import EncoderLayer, ModelConfig, build_decoder_only, build_encoder_decoder
+from posenc.models import ModelConfig, build_decoder_only, build_encoder_decoder
+from posenc.models.builders import encoder_layer
 
 
 @experiment("pe-module", article="002", title="The encoding as a module: table, dropout, columns, heat map")
@@ -360,7 +361,8 @@ class PreviousTokenModel(nn.Module):
             options = {"base": base}
         self.position = build(scheme, dim=dim, num_heads=heads, **options)
         self.token = TokenEmbedding(vocab_size=vocab, dim=dim - self.position.extra_width)
-        self.layer = EncoderLayer(dim=dim, num_heads=heads, ffn_dim=2 * dim, position=self.position)
+        self.layer = encoder_layer(ModelConfig(vocab_size=vocab, dim=dim, num_heads=heads, ffn_dim=2 * dim),
+                                   self.position)
         self.norm = nn.LayerNorm(dim)
         self.head = OutputHead(dim=dim, vocab_size=vocab)
 

@@ -1,4 +1,4 @@
-"""Article 003 — ids become vectors, vectors become scores (SPEC items 14–20).
+"""Article 003 — ids become vectors, vectors become scores (the last seven lab claims; docs/lab.md).
 
 Everything goes through ``posenc.embedding``: TokenEmbedding, OutputHead,
 one_hot_lookup, count_parameters, neighbours.

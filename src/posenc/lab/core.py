@@ -1,7 +1,7 @@
 """The lab's registry: settings, the experiment decorator, and the result record.
 
 An experiment is a function ``(LabConfig) -> Finding`` registered under an id
-of shared/SPEC.md. It measures with the library's own modules and returns
+(the claims are listed in docs/lab.md). It measures with the library's own modules and returns
 plain data: the measured ``values`` (the JSON interface), whether the claim
 ``holds`` (computed from those values, never a constant), and optional
 ``series`` (arrays only the figures need).
@@ -77,7 +77,7 @@ class Entry:
     run: Experiment
 
 
-#: id → entry, in SPEC.md order (registration order).
+#: id → entry, in article order (registration order).
 EXPERIMENTS: dict[str, Entry] = {}
 
 

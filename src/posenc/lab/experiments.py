@@ -1,4 +1,4 @@
-"""Run the lab: every experiment of shared/SPEC.md, by id, with progress.
+"""Run the lab: every experiment of the source articles (docs/lab.md), by id, with progress.
 
 >>> from posenc.lab.experiments import run_lab, LabConfig
 >>> findings = run_lab(LabConfig(), only=["sinusoid-norm"])
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-# importing the article modules registers their experiments, in SPEC order
+# importing the article modules registers their experiments, in article order
 from posenc.lab import article000, article002, article003  # noqa: F401
 from posenc.lab.core import EXPERIMENTS, Finding, LabConfig
 from posenc.lab.measures import scheme_properties
@@ -25,7 +25,7 @@ __all__ = ["EXPERIMENTS", "Finding", "LabConfig", "experiment_ids", "property_ta
 
 
 def experiment_ids() -> list[str]:
-    """Every experiment id, in SPEC order."""
+    """Every experiment id, in article order."""
     return list(EXPERIMENTS)
 
 
@@ -40,7 +40,7 @@ def select(only: Sequence[str] | None) -> list[str]:
 
 
 def run_lab(cfg: LabConfig, *, only: Sequence[str] | None = None, progress: bool = False) -> list[Finding]:
-    """Run the selected experiments in SPEC order; each finding records its wall time.
+    """Run the selected experiments in article order; each finding records its wall time.
 
     The experiments work on small tensors, where intra-op threads cost more
     than they save (and oversubscribe a shared machine), so torch runs

@@ -11,7 +11,7 @@ bools and lists (JSON-ready):
 * a **scheme** from the registry, measured through the two above
   (``scheme_table``, ``scheme_similarity``), never through a re-typed formula.
 
-What is measured (DESIGN.md, "what the lab measures"):
+What is measured:
 
 =========================  ====================================================
 ``norm_summary``           norm of each position vector and its spread

@@ -1,1 +1,48 @@
-"""Model families and the builders that assemble them from parts (filled in by the redesign)."""
+"""Model families, the parts they are assembled from, and the builders that assemble them.
+
+==================  ================================================================
+module              holds
+==================  ================================================================
+``config``          ``ModelConfig`` (plain, frozen, JSON-able)
+``parts``           norms, feed-forward, residual, encoder/decoder layers, input embedding
+``builders``        config → parts → model (tying and width checks live here, once)
+``encoder_decoder`` ``EncoderDecoder``, run from parts
+``decoder_only``    ``DecoderOnlyLM``, run from parts (``hidden`` + ``head``)
+``llama``           Llama-family parts and ``build_llama`` (RMSNorm, SwiGLU, GQA)
+==================  ================================================================
+
+>>> import torch
+>>> from posenc.models import ModelConfig, build_decoder_only
+>>> lm = build_decoder_only(ModelConfig(vocab_size=50, dim=32, num_heads=4, position="nope"))
+>>> lm(torch.tensor([[1, 2, 3]])).shape
+torch.Size([1, 3, 50])
+"""
+
+from posenc.models.builders import build_decoder_only, build_encoder_decoder
+from posenc.models.config import ModelConfig
+from posenc.models.decoder_only import DecoderOnlyLM
+from posenc.models.encoder_decoder import EncoderDecoder
+from posenc.models.parts import (
+    DecoderLayer,
+    EncoderLayer,
+    FeedForward,
+    InputEmbedding,
+    LayerCache,
+    Residual,
+    layer_norm,
+)
+
+__all__ = [
+    "DecoderLayer",
+    "DecoderOnlyLM",
+    "EncoderDecoder",
+    "EncoderLayer",
+    "FeedForward",
+    "InputEmbedding",
+    "LayerCache",
+    "ModelConfig",
+    "Residual",
+    "build_decoder_only",
+    "build_encoder_decoder",
+    "layer_norm",
+]

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
+from posenc.positions.cache import TableCache
 
 
 def check_even(value: int, *, name: str, what: str) -> None:
@@ -76,20 +77,16 @@ class SinusoidalPositions(AdditiveScheme):
 
         Bit-for-bit ``encode(positions).to(dtype)`` (float64 formula, cast at the
         end), so ``add`` is one gather of T rows and one read-add-write of x.
-        Positions past ``TABLE_LIMIT`` are formed directly.
+        Served by ``TableCache`` keyed on (class, dim, base); positions past
+        ``TABLE_LIMIT`` are formed directly.
         """
         positions = check_positions(positions).to(device)
-        if not positions.numel():
+        cache: TableCache = self.__dict__.setdefault("_table_cache", TableCache(limit=self.TABLE_LIMIT))
+        rows = cache.rows(positions, key=(type(self).__qualname__, self.dim, self.base), width=self.dim, dtype=dtype,
+                          build=lambda p: (super(SinusoidalPositions, self).table(p, dtype=dtype, device=device),))
+        if rows is None:
             return super().table(positions, dtype=dtype, device=device)
-        rows = max(256, 1 << int(positions.max()).bit_length())
-        if rows * self.dim > self.TABLE_LIMIT:
-            return super().table(positions, dtype=dtype, device=device)
-        cache: dict[Any, tuple[tuple[int, float], Tensor]] = self.__dict__.setdefault("_table_cache", {})
-        key, stamp = (dtype, device), (self.dim, self.base)
-        entry = cache.get(key)
-        if entry is None or entry[0] != stamp or entry[1].shape[0] < rows:
-            entry = cache[key] = (stamp, super().table(torch.arange(rows, device=device), dtype=dtype, device=device))
-        return torch.nn.functional.embedding(positions, entry[1])  # (..., T, D)
+        return rows[0]  # (..., T, D)
 
     def options(self) -> dict[str, Any]:
         return {"dim": self.dim, "base": self.base}

@@ -1,18 +1,23 @@
 """The contract every position scheme keeps.
 
-A position scheme can act in exactly one of three places (DESIGN.md):
+A position scheme can act in exactly one of three places:
 
 =========  =====================================  ==============================
 family     acts on                                hook it overrides
 =========  =====================================  ==============================
-additive   token vectors before the first block   ``add(x, positions)``
-rotary     queries and keys inside attention      ``rotate(q, k, q_pos, k_pos)``
+additive   token vectors before the first block   ``add(x, positions)``, ``encode``
+rotary     queries and keys inside attention      ``rotate_query``, ``rotate_key``
 bias       attention logits                       ``attention_bias(q_pos, k_pos, q)``
 none       nothing                                —
 =========  =====================================  ==============================
 
-Every scheme inherits all three hooks; the base versions do nothing, so a model
+Every scheme inherits all the hooks; the base versions do nothing, so a model
 calls all of them at their places and never asks which scheme it holds.
+``rotate(q, k, q_pos, k_pos)`` applies ``rotate_query`` and ``rotate_key``;
+``rotate_query`` alone serves cached cross-attention, whose keys were rotated
+when cached. ``encode(positions)`` is the vectors an additive scheme adds (the
+lab measures them; other families raise). ``context_args`` says what the scheme
+takes from the model it is built for (see ``ModelContext``).
 
 Positions are data, not shape: every hook takes explicit integer positions,
 ``(T,)`` shared by the batch or ``(B, T)`` per sequence. Offsets for cached
@@ -142,6 +147,23 @@ class PositionScheme(nn.Module):
         """Rotary hook: queries (B, H, Tq, Dh) and keys (B, H, Tk, Dh) → same shapes."""
         return q, k
 
+    def rotate_query(self, q: Tensor, q_pos: Tensor) -> Tensor:
+        """The rotary hook for queries alone (cached cross-attention: its keys were rotated when cached)."""
+        return q
+
+    def rotate_key(self, k: Tensor, k_pos: Tensor) -> Tensor:
+        """The rotary hook for keys alone (what a cache stores)."""
+        return k
+
+    def encode(self, positions: Tensor) -> Tensor:
+        """The vectors the additive hook adds at ``positions``, (..., T, D); only additive schemes add any.
+
+        Raises:
+            TypeError: the scheme is not additive.
+        """
+        raise TypeError(f"{self.name} is a {self.family} scheme: it adds no vectors to the tokens "
+                        "(only additive schemes have encode)")
+
     def attention_bias(self, q_pos: Tensor, k_pos: Tensor, q: Tensor | None = None) -> Tensor | None:
         """Bias hook: a tensor broadcastable to (B, H, Tq, Tk) added to the logits, or None.
 
@@ -238,9 +260,13 @@ class AdditiveScheme(PositionScheme):
 
 
 class RotaryScheme(PositionScheme):
-    """A rotation of queries and keys by position; subclasses implement ``rotate``."""
+    """A rotation of queries and keys by position; subclasses implement ``rotate_query`` and ``rotate_key``
+    (each by its own positions), and ``rotate`` applies both."""
 
     family: ClassVar[Family] = "rotary"
+
+    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        return self.rotate_query(q, q_pos), self.rotate_key(k, k_pos)
 
     @classmethod
     def context_args(cls, ctx: ModelContext) -> dict[str, Any]:

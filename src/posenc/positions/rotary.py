@@ -10,7 +10,7 @@ projection weights:
   torchtune).
 
 Angles are formed in float64 from integer positions and only then cast
-(DESIGN.md: precision); the rotation itself runs in at least float32 and the
+(a low-precision position would round); the rotation itself runs in at least float32 and the
 result is cast back to the input dtype.
 
 Shape legend: B batch, H heads, T sequence length, Dh head width,
@@ -22,12 +22,12 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.positions.absolute import check_even
 from posenc.positions import rotary_kernel
 from posenc.positions.base import RotaryScheme, check_positions
+from posenc.positions.cache import TableCache
 
 Pairing = Literal["half", "interleaved"]
 PAIRINGS: tuple[str, ...] = ("half", "interleaved")
@@ -170,27 +170,24 @@ class RoPE(RotaryScheme):
         position asked for) are formed once per (dtype, device) — float64 angles,
         cast at the end — and every call gathers its rows, so the frequency
         transform and the trigonometry are not redone per call; the values are
-        bit-for-bit those of the direct formula. The cache is keyed on
-        ``options()``, which must therefore name everything the frequencies
-        depend on. Positions past ``TABLE_LIMIT`` rows·pairs, and subclasses
-        that override ``angles``, are computed directly.
+        bit-for-bit those of the direct formula. The cache (``TableCache``) is
+        keyed on the class and ``options()``, which must therefore name
+        everything the frequencies depend on. Positions past ``TABLE_LIMIT``
+        rows·pairs, and subclasses that override ``angles``, are computed directly.
         """
         return self._cos_sin(check_positions(positions), dtype)
 
     def _cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """``cos_sin`` for positions already checked (``apply`` checks them once)."""
-        if type(self).angles is not RoPE.angles or not positions.numel():
+        """``cos_sin`` for positions already checked (``rotate_one`` checks them once)."""
+        if type(self).angles is not RoPE.angles:
             return self._cos_sin_direct(positions, dtype)
-        rows = max(256, 1 << int(positions.max()).bit_length())
-        if rows * (self.rotary_dim // 2) > self.TABLE_LIMIT:
+        cache: TableCache = self.__dict__.setdefault("_cos_sin_cache", TableCache(limit=self.TABLE_LIMIT))
+        rows = cache.rows(positions, key=(type(self).__qualname__, repr(self.options())), width=self.rotary_dim // 2,
+                          dtype=dtype, build=lambda p: self._cos_sin_direct(p, dtype))
+        if rows is None:
             return self._cos_sin_direct(positions, dtype)
-        cache: dict[Any, tuple[str, Tensor, Tensor]] = self.__dict__.setdefault("_cos_sin_cache", {})
-        key, stamp = (dtype, positions.device), repr(self.options())
-        entry = cache.get(key)
-        if entry is None or entry[0] != stamp or entry[1].shape[0] < rows:
-            table = torch.arange(rows, device=positions.device)
-            entry = cache[key] = (stamp, *self._cos_sin_direct(table, dtype))  # (L, P) each
-        return F.embedding(positions, entry[1]), F.embedding(positions, entry[2])  # (..., T, P)
+        cos, sin = rows  # (..., T, P) each
+        return cos, sin
 
     def _cos_sin_direct(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         theta = self.angles(positions)
@@ -223,8 +220,11 @@ class RoPE(RotaryScheme):
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
         return apply_rotary(x, cos, sin, pairing=self.pairing)
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        return self.rotate_one(q, q_pos), self.rotate_one(k, k_pos)
+    def rotate_query(self, q: Tensor, q_pos: Tensor) -> Tensor:
+        return self.rotate_one(q, q_pos)
+
+    def rotate_key(self, k: Tensor, k_pos: Tensor) -> Tensor:
+        return self.rotate_one(k, k_pos)  # RoPE turns queries and keys alike
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         """Dot products of rotated all-ones head vectors: Σ_i 2·cos((m−n)θ_i) + (Dh − R)."""

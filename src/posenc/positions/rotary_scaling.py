@@ -34,7 +34,7 @@ tokens decoded step by step. posenc makes the choice explicit, with the
   frequencies of length L (HF's full forward of an L-token sequence). Relative
   again, and cached == full.
 
-Angles are formed in float64 from integer positions (DESIGN.md: precision).
+Angles are formed in float64 from integer positions (bf16 holds integers exactly only up to 256).
 
 Shape legend: T sequence length, R rotated width, P = R/2 rotated pairs.
 """

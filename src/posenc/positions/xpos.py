@@ -88,20 +88,19 @@ class XPos(RoPE):
         return apply_rotary(x, cos, sin, pairing=self.pairing)
 
     def rotate_one(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Not defined for xPos: queries and keys are scaled oppositely; use ``apply_query``/``apply_key``."""
+        """Not defined for xPos: queries and keys are scaled oppositely; use ``rotate_query``/``rotate_key``."""
         raise TypeError("xpos scales queries by ζ^(m/γ) and keys by ζ^(−n/γ): use rotate(q, k, q_pos, k_pos), "
-                        "apply_query(q, q_pos) or apply_key(k, k_pos)")
+                        "rotate_query(q, q_pos) or rotate_key(k, k_pos)")
 
-    def apply_query(self, q: Tensor, positions: Tensor) -> Tensor:
+    def rotate_query(self, q: Tensor, q_pos: Tensor) -> Tensor:
         """Rotate and scale queries (..., T, Dh) by ζ^(m/γ)."""
-        return self._scaled_rotation(q, positions, 1.0)
+        return self._scaled_rotation(q, q_pos, 1.0)
 
-    def apply_key(self, k: Tensor, positions: Tensor) -> Tensor:
+    def rotate_key(self, k: Tensor, k_pos: Tensor) -> Tensor:
         """Rotate and scale keys (..., T, Dh) by ζ^(−n/γ)."""
-        return self._scaled_rotation(k, positions, -1.0)
+        return self._scaled_rotation(k, k_pos, -1.0)
 
-    def rotate(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        return self._scaled_rotation(q, q_pos, 1.0), self._scaled_rotation(k, k_pos, -1.0)
+    apply_query, apply_key = rotate_query, rotate_key  # the names xPos had before the scheme contract named them
 
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         """Scaled-rotated all-ones query at pos_i · key at pos_j: Σ_i 2·ζ_i^((m−n)/γ)·cos((m−n)θ_i) + (Dh − R)."""

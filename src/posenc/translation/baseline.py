@@ -3,7 +3,7 @@
 The same budget comparison needs a model that is *not* posenc's: PyTorch's own
 ``nn.Transformer`` (Vaswani et al., 2017), token tables scaled by √d, the
 sinusoidal table added once at the input, a tied output head. It offers the
-``encode / decode / new_cache`` interface of ``posenc.transformer.EncoderDecoder``
+``encode / decode / new_cache`` interface of ``posenc.models.EncoderDecoder``
 so the same training, greedy and beam-search code drives both. ``nn.Transformer``
 has no KV cache, so its "cache" keeps the target prefix and each step re-runs the
 decoder on the whole prefix (slower, same numbers).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,18 +13,26 @@ from posenc.translation.run import Prepared, TranslateOptions, evaluate_run, tra
 BASELINE = "torch"
 
 
-def run_comparison(prepared: Prepared, out: str | Path, *, models: list[str], base: TranslateOptions,
-                   beam: int = 1, limit: int | None = None, progress: bool = True) -> list[dict[str, Any]]:
-    """Train each model (a position name, or ``torch`` for the nn.Transformer baseline) and score it.
+def comparison_runs(base: TranslateOptions, *, positions: list[str], baseline: bool) -> dict[str, TranslateOptions]:
+    """One run per position scheme of posenc's model, plus (``baseline``) the nn.Transformer one, named
+    ``torch``; everything but the backbone and the scheme is ``base``'s."""
+    torch_model = replace(base.model, position="sinusoidal", position_options={})  # the baseline's own encoding
+    runs = {BASELINE: replace(base, backbone="torch", model=torch_model)} if baseline else {}
+    for position in positions:
+        runs[position] = replace(base, backbone="posenc", model=replace(base.model, position=position))
+    return runs
+
+
+def run_comparison(prepared: Prepared, out: str | Path, *, runs: dict[str, TranslateOptions], beam: int = 1,
+                   limit: int | None = None, progress: bool = True) -> list[dict[str, Any]]:
+    """Train each named run (``comparison_runs``) in ``out/<name>`` and score it.
 
     A model whose ``metrics-beam{beam}.json`` already exists is not retrained, so an
     interrupted comparison continues where it stopped.
     """
     out = Path(out)
     rows = []
-    for name in models:
-        opts = TranslateOptions.from_dict({**base.to_dict(), "model": "torch" if name == BASELINE else "posenc",
-                                           "position": "sinusoidal" if name == BASELINE else name})
+    for name, opts in runs.items():
         run_dir = out / name
         metrics_path = run_dir / f"metrics-beam{beam}.json"
         if not metrics_path.exists():
@@ -43,7 +52,7 @@ def run_comparison(prepared: Prepared, out: str | Path, *, models: list[str], ba
                      **{f"{s}_{k}": v.get(k) for s, v in metrics["sets"].items() for k in ("bleu", "chrf", "n")}})
     (out / "results.json").write_text(json.dumps(rows, indent=2))
     (out / "results.md").write_text(markdown_table(rows, beam=beam))
-    plot_curves(out, models)
+    plot_curves(out, list(runs))
     return rows
 
 

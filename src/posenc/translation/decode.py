@@ -1,6 +1,6 @@
 """Greedy and beam-search decoding for encoder–decoder models, with the KV cache.
 
-A model needs three methods (``posenc.transformer.EncoderDecoder`` has them;
+A model needs three methods (``posenc.models.EncoderDecoder`` has them;
 ``baseline.TorchTransformer`` mimics them):
 
 * ``encode(src, src_padding_mask=...) -> memory (B, S, D)``

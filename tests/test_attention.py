@@ -102,3 +102,45 @@ def test_kv_cache_reorder_selects_batch_rows(gen: torch.Generator) -> None:
     empty = KVCache()
     empty.reorder(index)  # nothing cached yet: a no-op
     assert empty.k is None
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 3])
+@pytest.mark.parametrize("need_weights", [False, True])
+def test_grouped_query_attention_equals_repeated_heads(gen, num_kv_heads, need_weights):
+    """GQA/MQA equals plain attention whose k/v heads are repeated per query group (HF ``repeat_kv`` order)."""
+    dim, heads, head_dim = 24, 6, 8  # head_dim · heads ≠ dim on purpose
+    rope = build("rope", dim=heads * head_dim, num_heads=heads, pairing="interleaved")
+    gqa = MultiHeadAttention(dim=dim, num_heads=heads, num_kv_heads=num_kv_heads, head_dim=head_dim,
+                             bias=True, out_bias=False, position=rope)
+    assert gqa.out_proj.bias is None and gqa.k_proj.out_features == num_kv_heads * head_dim
+    groups = heads // num_kv_heads
+    full = MultiHeadAttention(dim=dim, num_heads=heads, head_dim=head_dim, bias=True, out_bias=False, position=rope)
+    with torch.no_grad():
+        for p in gqa.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+        full.q_proj.load_state_dict(gqa.q_proj.state_dict())
+        full.out_proj.load_state_dict(gqa.out_proj.state_dict())
+        for name in ("k_proj", "v_proj"):  # kv head j → query heads j·g … j·g + g − 1
+            src = getattr(gqa, name)
+            getattr(full, name).weight.copy_(src.weight.view(num_kv_heads, 1, head_dim, dim)
+                                             .expand(-1, groups, -1, -1).reshape(heads * head_dim, dim))
+            getattr(full, name).bias.copy_(src.bias.view(num_kv_heads, 1, head_dim)
+                                           .expand(-1, groups, -1).reshape(-1))
+    x = torch.randn(2, 7, dim, generator=gen)
+    out, weights = gqa(x, causal=True, need_weights=need_weights)
+    ref, ref_weights = full(x, causal=True, need_weights=need_weights)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    if need_weights:
+        torch.testing.assert_close(weights, ref_weights, rtol=1e-5, atol=1e-6)
+    # cached decoding stores the kv heads unrepeated and gives the same outputs
+    cache = KVCache()
+    steps = torch.cat([gqa(x[:, i:i + 1], causal=True, cache=cache)[0] for i in range(7)], dim=1)
+    assert tuple(cache.k.shape) == (2, num_kv_heads, 7, head_dim)
+    torch.testing.assert_close(steps, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_query_attention_bad_head_counts():
+    with pytest.raises(ValueError, match="multiple of num_kv_heads=4"):
+        MultiHeadAttention(dim=24, num_heads=6, num_kv_heads=4)
+    with pytest.raises(ValueError, match="pass head_dim"):
+        MultiHeadAttention(dim=25, num_heads=6)

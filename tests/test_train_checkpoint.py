@@ -121,6 +121,9 @@ def test_corrupt_missing_and_mismatched_files_are_clear_errors(tmp_path, seed):
 def test_weights_of_another_architecture_are_refused(tmp_path, seed):
     model, _ = model_and_optimizer(seed)
     ckpt.save_checkpoint(tmp_path, model=model, step=0)
-    plain = torch.nn.Linear(3, 3)  # no config to compare: the tensor check catches it
-    with pytest.raises(ValueError, match="do not fit this Linear"):
+    plain = torch.nn.Linear(3, 3)  # a model without a config: refused before any tensor is read
+    with pytest.raises(ValueError, match=r"saved from a model with a config \(Linear has none\)"):
         ckpt.load_weights(tmp_path, plain)
+    ckpt.save_checkpoint(tmp_path / "plain", model=torch.nn.Linear(2, 2), step=0)
+    with pytest.raises(ValueError, match="do not fit this Linear"):  # neither has a config: the tensor check
+        ckpt.load_weights(tmp_path / "plain", plain)

@@ -19,8 +19,17 @@ Atomicity: a step directory is written under a temporary name in the same
 parent directory and renamed into place with ``os.replace``; ``latest`` is
 written to a temporary file and ``os.replace``-d too. A crash mid-save leaves
 the previous checkpoint and ``latest`` untouched and no partial directory under
-the final name. On load, every tensor file's SHA-256 is checked against
-``state.json``, so a truncated or edited file fails with a message naming it.
+the final name. Saving a step that already exists (Ctrl-C right after a
+periodic save, or resuming a finished run) swaps the new directory with the old
+one in one ``renameat2(RENAME_EXCHANGE)`` call on Linux, so ``latest`` names a
+complete directory at every moment; where that call is missing the old one is
+moved aside first and a crash in that gap is repaired on the next save or
+resume (the complete new directory is moved into place). Temporary directories
+left by a killed process are removed on the next save or resume. On load,
+``state.json`` is checked (step in range and equal to its directory's name,
+every tensor file listed with its SHA-256, the model config present) and every
+tensor file's SHA-256 is verified, so a truncated or edited file fails with a
+message naming it.
 
 Reference: the safetensors format (huggingface/safetensors); the save/resume
 contract follows torchtitan's checkpointer (model, optimiser, scheduler and
@@ -29,10 +38,13 @@ RNG state together).
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -50,6 +62,10 @@ STATE_FILE = "state.json"
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 RNG_FILE = "rng.safetensors"
+#: Name of a step directory; temporary ones are ``.tmp-<name>-<pid>`` (being written) and ``.old-<name>-<pid>``
+#: (the previous copy of a step being saved again).
+STEP_PATTERN = re.compile(r"step-(\d{8,})")
+TEMP_PATTERN = re.compile(r"\.(tmp|old)-(step-\d{8,})-(\d+)")
 
 
 # -- small helpers ------------------------------------------------------------
@@ -190,7 +206,9 @@ def save_checkpoint(
     if keep_last < 1:
         raise ValueError(f"keep_last must be >= 1, got {keep_last}")
     root = Path(directory)
+    check_run_dir(root)
     root.mkdir(parents=True, exist_ok=True)
+    clean_temporaries(root)
     final = root / step_dir_name(step)
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     if tmp.exists():
@@ -213,13 +231,11 @@ def save_checkpoint(
         meta["rng_ranks"] = len(ranks)
         meta["files"] = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
         try:
-            text = json.dumps(meta, indent=2, allow_nan=True)
+            text = json.dumps(meta, indent=2, allow_nan=True)  # history may hold NaN; read back by Python
         except TypeError as err:
             raise ValueError(f"checkpoint state must be JSON-serialisable: {err}") from None
         atomic_write_text(tmp / STATE_FILE, text)
-        if final.exists():  # the same step saved again (e.g. Ctrl-C right after a periodic save)
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        _move_into_place(tmp, final)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -229,6 +245,110 @@ def save_checkpoint(
         if old != final:
             shutil.rmtree(old)
     return final
+
+
+# -- moving directories into place ---------------------------------------------------
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap directories ``a`` and ``b`` atomically (Linux ``renameat2``); False where unsupported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    if ctypes.get_errno() in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):  # filesystem or kernel without it
+        return False
+    raise OSError(ctypes.get_errno(), f"cannot swap {a} and {b}: {os.strerror(ctypes.get_errno())}")
+
+
+def _move_into_place(tmp: Path, final: Path) -> None:
+    """Rename the complete directory ``tmp`` to ``final``, replacing an older ``final`` without a gap."""
+    if not final.exists():
+        os.replace(tmp, final)
+        return
+    if _exchange(tmp, final):  # final is now the new copy, tmp the old one (removed by the caller)
+        return
+    old = final.parent / f".old-{final.name}-{os.getpid()}"
+    os.replace(final, old)  # a crash here is repaired by _recover: tmp is complete
+    os.replace(tmp, final)
+    shutil.rmtree(old)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _complete(step_dir: Path) -> bool:
+    try:
+        read_state(step_dir)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _recover(root: Path, name: str) -> Path | None:
+    """After a crash in the middle of re-saving step ``name``: move its complete copy back into place."""
+    final = root / name
+    candidates = sorted(root.glob(f".tmp-{name}-*")) + sorted(root.glob(f".old-{name}-*"))
+    for candidate in candidates:  # the new copy first, then the old one
+        if candidate.is_dir() and _complete(candidate):
+            os.replace(candidate, final)
+            return final
+    return None
+
+
+def clean_temporaries(root: str | os.PathLike[str]) -> list[Path]:
+    """Remove temporary directories and files left in a run directory by processes that no longer run.
+
+    A step whose only complete copy is a temporary one (a crash while re-saving it) is first moved
+    back into place. Returns what was removed.
+    """
+    root = Path(root)
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for path in sorted(root.iterdir()):
+        match = TEMP_PATTERN.fullmatch(path.name)
+        if match is None or _pid_alive(int(match.group(3))):
+            continue
+        if not (root / match.group(2)).exists():
+            _recover(root, match.group(2))
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    for path in root.glob(f".{LATEST}.tmp-*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def check_run_dir(path: str | os.PathLike[str]) -> None:
+    """Refuse a step directory (or a file) where a run directory is expected.
+
+    ``--checkpoint-dir run/step-00000200`` would nest new checkpoints inside an
+    old one, and every later resume would start from the old step again.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"checkpoint directory {path} is a file; give a directory (it is created if missing)")
+    if (path / STATE_FILE).exists() or STEP_PATTERN.fullmatch(path.name):
+        raise ValueError(f"{path} is a step directory of a checkpoint, not a run directory; "
+                         f"give the run directory that holds it and '{LATEST}': {path.parent}")
 
 
 # -- load ------------------------------------------------------------------------
@@ -248,7 +368,13 @@ def resolve(path: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(
             f"no checkpoint in {path}: neither {STATE_FILE} (a step directory) nor a '{LATEST}' file "
             "(a run directory written by posenc train)")
-    target = path / pointer.read_text(encoding="utf-8").strip()
+    name = pointer.read_text(encoding="utf-8").strip()
+    if not STEP_PATTERN.fullmatch(name):
+        raise ValueError(f"{pointer} holds {name[:80]!r}, not a step directory name like step-00000200; "
+                         f"write the name of the newest step directory into it")
+    target = path / name
+    if not target.exists():
+        _recover(path, name)
     if not (target / STATE_FILE).exists():
         raise FileNotFoundError(f"{pointer} names {target.name}, but {target / STATE_FILE} is missing")
     return target
@@ -271,9 +397,10 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{state_path} is not a posenc checkpoint (format={meta.get('format') if isinstance(meta, dict) else None!r})")
     if meta.get("version") != VERSION:
         raise ValueError(f"{state_path} has checkpoint version {meta.get('version')}; this posenc reads version {VERSION}")
+    _check_meta(meta, step_dir)
     for name, digest in meta["files"].items():
         file = step_dir / name
-        if not file.exists():
+        if not file.is_file():
             raise FileNotFoundError(f"checkpoint file {file} is missing")
         if _sha256(file) != digest:
             raise ValueError(f"checkpoint file {file} is corrupt: its SHA-256 does not match {STATE_FILE}")
@@ -281,10 +408,53 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     return meta
 
 
+def _check_meta(meta: dict[str, Any], step_dir: Path) -> None:
+    """Refuse a ``state.json`` that would turn checks off or point elsewhere (before any file is read)."""
+    where = step_dir / STATE_FILE
+    step = meta.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"{where}: step must be an integer >= 0, got {step!r}; the file was edited or is corrupt")
+    match = STEP_PATTERN.fullmatch(step_dir.name)
+    if match is not None and int(match.group(1)) != step:
+        raise ValueError(f"{where}: says step {step} but lies in {step_dir.name}; the file was edited or moved — "
+                         "restore it, or resume from another step directory")
+    files = meta.get("files")
+    needed = {MODEL_FILE, RNG_FILE} | ({OPTIMIZER_FILE} if meta.get("optimizer") is not None else set())
+    if not isinstance(files, dict) or not needed <= set(files):
+        missing = sorted(needed - set(files)) if isinstance(files, dict) else sorted(needed)
+        raise ValueError(f"{where}: the 'files' map must list every tensor file with its SHA-256; "
+                         f"missing {missing}. The checkpoint cannot be verified; resume from another step")
+    for name, digest in files.items():
+        if (not isinstance(name, str) or "/" in name or "\\" in name or name.startswith(".")
+                or not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest)):
+            raise ValueError(f"{where}: malformed 'files' entry {name!r}: {digest!r} (a file name and a SHA-256)")
+    if "model_config" not in meta or not (meta["model_config"] is None or isinstance(meta["model_config"], dict)):
+        raise ValueError(f"{where}: 'model_config' must be present (an object, or null for a model without one)")
+    if not isinstance(meta.get("state", {}), dict):
+        raise ValueError(f"{where}: 'state' must be an object")
+    optimizer = meta.get("optimizer")
+    if optimizer is not None and not (
+            isinstance(optimizer, dict) and isinstance(optimizer.get("class"), str)
+            and isinstance(optimizer.get("param_groups"), list)
+            and all(isinstance(g, dict) for g in optimizer["param_groups"])
+            and isinstance(optimizer.get("scalars"), dict)
+            and all(isinstance(v, dict) for v in optimizer["scalars"].values())):
+        raise ValueError(f"{where}: 'optimizer' must be an object with class, param_groups and scalars; "
+                         "the file was edited or is corrupt — resume from another step")
+    ranks = meta.get("rng_ranks")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"{where}: rng_ranks must be an integer >= 1, got {ranks!r}")
+
+
 def _check_config(meta: dict[str, Any], model: nn.Module) -> None:
     saved, current = meta.get("model_config"), model_config_dict(model)
-    if saved is None or current is None:
+    if saved is None and current is None:
         return
+    if saved is None or current is None:
+        raise ValueError(f"checkpoint {meta['path']} was saved "
+                         + ("without a model config, but this model has one" if saved is None
+                            else f"from a model with a config ({type(model).__name__} has none)")
+                         + "; load it into the kind of model that wrote it")
     diff = {k: (saved.get(k), current.get(k)) for k in sorted(set(saved) | set(current)) if saved.get(k) != current.get(k)}
     if diff:
         detail = ", ".join(f"{k}: checkpoint {a!r} vs model {b!r}" for k, (a, b) in diff.items())
@@ -337,7 +507,7 @@ def load_checkpoint(
         tensors = load_file(str(step_dir / OPTIMIZER_FILE)) if (step_dir / OPTIMIZER_FILE).exists() else {}
         try:
             optimizer.load_state_dict(_join_optimizer(tensors, saved))
-        except (ValueError, KeyError, RuntimeError) as err:
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as err:
             raise ValueError(f"optimiser state in {step_dir} does not fit this model's parameters: {err}") from None
     if meta["rng_ranks"] != world_size:
         raise ValueError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="posenc",
         description="Token embeddings, position schemes, attention and Transformers — and a lab that measures them.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full Python traceback of an error (default: one line and an exit code)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(posenc.commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"posenc.commands.{info.name}")
@@ -28,14 +31,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit codes: 0 success, 1 a runtime failure (the input was fine, the work failed: NaN loss, full disk,
+#: out of memory), 2 a usage error (a bad option, value or file — the message says what to change),
+#: 130 interrupted (Ctrl-C; training saves first).
+EXIT_RUNTIME, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def _failure(err: BaseException) -> tuple[int, str]:
+    """The exit code and one-line message of an error escaping a command."""
+    if isinstance(err, (ValueError, TypeError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+                        PermissionError, FileExistsError)):
+        return EXIT_USAGE, str(err) or type(err).__name__
+    if isinstance(err, MemoryError):
+        return EXIT_RUNTIME, "out of memory; try smaller sizes (batch, length, examples)"
+    if isinstance(err, (OSError, FloatingPointError)):
+        return EXIT_RUNTIME, str(err) or type(err).__name__
+    first = (str(err).strip().splitlines() or [""])[0]
+    return EXIT_RUNTIME, f"unexpected {type(err).__name__}: {first} (rerun with --debug for the traceback)"
+
+
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (``posenc … | head``): stop quietly, as ``cat`` does."""
+    try:  # Python flushes stdout at exit; point it at /dev/null so that flush cannot raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_RUNTIME
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``posenc`` command; return its exit code (usage errors 2, runtime failures 1).
+
+    Errors print one line, ``posenc: error: …``, on stderr; ``--debug`` re-raises
+    them with the traceback instead.
+    """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # a usage error exits 2 here (argparse's SystemExit), --help 0
     try:
-        return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as err:  # bad input: one clear line, no traceback
-        print(f"posenc: error: {err}", file=sys.stderr)
-        return 2
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        if args.debug:
+            raise
+        return _quiet_broken_pipe()
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print("posenc: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as err:  # noqa: BLE001 - the one place every error becomes a line and an exit code
+        if args.debug:
+            raise
+        code, message = _failure(err)
+        print(f"posenc: error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -140,7 +140,9 @@ def write_json(args: argparse.Namespace, data: Any, *, indent: int | None = 1) -
     target = getattr(args, "json", None)
     if target is None:
         return None
-    text = json.dumps(data, indent=indent)
+    from posenc.validation import dumps
+
+    text = dumps(data, indent=indent)  # strict JSON: a non-finite number is written as null
     if target == NO_FILES:
         sys.stdout.write(text + "\n")
         return None
@@ -154,7 +156,9 @@ def write_json(args: argparse.Namespace, data: Any, *, indent: int | None = 1) -
 
 # -- run settings -------------------------------------------------------------------
 def add_seed(parser: argparse.ArgumentParser, *, default: int = 0, help: str | None = None) -> None:
-    parser.add_argument("--seed", type=int, default=default, metavar="N",
+    from posenc.validation import seed_arg
+
+    parser.add_argument("--seed", type=seed_arg, default=default, metavar="N",
                         help=f"{help or 'seed of every random choice'} (default {default})")
 
 

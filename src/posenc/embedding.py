@@ -16,21 +16,27 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posenc.checks import check_values
+
 
 def check_ids(ids: Tensor, vocab_size: int) -> Tensor:
-    """Raise a clear error unless ``ids`` is an integer tensor with values in [0, vocab_size)."""
+    """Raise a clear error unless ``ids`` is an integer tensor with values in [0, vocab_size).
+
+    The range check reads values: under ``torch.compile`` it is an in-graph
+    assertion (``posenc.checks``), not a host sync.
+    """
     if not isinstance(ids, Tensor):
         raise TypeError(f"token ids must be an integer torch.Tensor, got {type(ids).__name__}")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
         raise TypeError(f"token ids must have an integer dtype (torch.long), got {ids.dtype}")
-    if ids.numel():
+    fix = "check the tokenizer's vocabulary size against the model's vocab_size"
+
+    def message() -> str:
         lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= vocab_size:
-            bad = lo if lo < 0 else hi
-            raise ValueError(
-                f"token id {bad} is outside the vocabulary [0, {vocab_size}); "
-                "check the tokenizer's vocabulary size against the model's vocab_size"
-            )
+        return f"token id {lo if lo < 0 else hi} is outside the vocabulary [0, {vocab_size}); {fix}"
+
+    check_values((ids >= 0) & (ids < vocab_size), message,
+                 compiled_message=f"a token id is outside the vocabulary [0, {vocab_size}); {fix}")
     return ids
 
 

@@ -43,6 +43,7 @@ form used by nanoGPT). AdamW: Loshchilov & Hutter (2019), ``torch.optim.AdamW``.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -58,7 +59,16 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from posenc.checkpoint import capture_rng, load_checkpoint, read_state, restore_rng, save_checkpoint
+from posenc.checkpoint import (
+    capture_rng,
+    check_run_dir,
+    clean_temporaries,
+    load_checkpoint,
+    read_state,
+    restore_rng,
+    save_checkpoint,
+)
+from posenc.validation import number, positive_int, seed
 
 BatchFn = Callable[[int, int, int], Any]
 LossFn = Callable[[nn.Module, Any], tuple[Tensor, int | Tensor]]
@@ -108,8 +118,19 @@ class TrainConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.steps <= 0:
-            raise ValueError(f"steps must be positive, got {self.steps}")
+        positive_int(self.steps, "steps")
+        number(self.lr, "lr", above=0, fix="a typical peak learning rate is 1e-4 to 1e-2")
+        number(self.min_lr, "min_lr", minimum=0)
+        number(self.weight_decay, "weight_decay", minimum=0)
+        number(self.eps, "eps", above=0)
+        if len(self.betas) != 2:
+            raise ValueError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        for beta in self.betas:
+            number(beta, "betas", minimum=0, below=1)
+        if self.grad_clip is not None:
+            number(self.grad_clip, "grad_clip", above=0)
+        seed(self.seed, "seed")
+        number(self.keep_checkpoints, "keep_checkpoints", minimum=1, integer=True)
         if not (self.lr > 0 and 0 <= self.min_lr <= self.lr):
             raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
         if not 0 <= self.warmup_steps <= self.steps:
@@ -245,11 +266,38 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
                              weight_decay=config.weight_decay)
 
 
-def _check_resumable(saved: dict[str, Any], config: TrainConfig, path: str) -> None:
+def _check_resumable(saved: dict[str, Any], config: TrainConfig, extra: dict[str, Any] | None, path: str) -> None:
+    """A resume must continue the same run: same trajectory fields, same task/options (``extra_state``)."""
+    train_config = saved.get("train_config")
+    if not isinstance(train_config, dict):
+        raise ValueError(f"checkpoint {path} holds no train_config; it was not written by posenc's train loop")
+    step = saved.get("_step", 0)
+    if step > config.steps:
+        raise ValueError(f"checkpoint {path} is at step {step}, beyond this run's {config.steps} steps")
     now = config.to_dict()
-    diff = [f"{k}: checkpoint {saved.get(k)!r} vs now {now[k]!r}" for k in _TRAJECTORY_FIELDS if saved.get(k) != now[k]]
+    diff = [f"{k}: checkpoint {train_config.get(k)!r} vs now {now[k]!r}" for k in _TRAJECTORY_FIELDS
+            if train_config.get(k) != now[k]]
+    # JSON round trip: tuples become lists, keys strings — compare what the checkpoint can hold
+    wanted = json.loads(json.dumps(extra or {}, default=str))
+    diff += [f"{k}: checkpoint {saved.get(k)!r} vs now {v!r}" for k, v in wanted.items() if saved.get(k) != v]
+    for name in ("history", "evals"):
+        records = saved.get(name, [])
+        if not (isinstance(records, list) and all(isinstance(r, dict) and "step" in r for r in records)):
+            raise ValueError(f"checkpoint {path}: '{name}' must be a list of records with a step; "
+                             "state.json was edited or is corrupt — resume from another step")
     if diff:
-        raise ValueError(f"cannot resume {path} exactly with a different training config ({'; '.join(diff)})")
+        raise ValueError(f"cannot resume {path}: it was saved by a different run ({'; '.join(diff)}); "
+                         "resume with the options it was started with, or give a new checkpoint directory")
+
+
+def _check_optimizer_settings(optimizer: torch.optim.Optimizer, config: TrainConfig, path: str) -> None:
+    """The restored AdamW hyper-parameters must be the config's (state.json is not hashed: check what it set)."""
+    wanted = {"betas": tuple(config.betas), "eps": config.eps, "weight_decay": config.weight_decay}
+    for group in optimizer.param_groups:
+        found = {k: tuple(group.get(k, ())) if k == "betas" else group.get(k) for k in wanted}
+        if found != wanted:
+            raise ValueError(f"checkpoint {path}: its optimiser settings {found} differ from the run's {wanted}; "
+                             "state.json was edited — resume from another step")
 
 
 def train(
@@ -285,15 +333,20 @@ def train(
     info = dist_info()
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir")
+    if checkpoint_dir is not None:
+        check_run_dir(checkpoint_dir)
     inner = model
     optimizer = make_optimizer(inner, config)
     start, history, evals = 0, [], []
     if resume:
+        if info.is_main:
+            clean_temporaries(checkpoint_dir)  # type: ignore[arg-type]
         saved = read_state(checkpoint_dir)  # type: ignore[arg-type]
-        _check_resumable(saved["state"].get("train_config", {}), config, saved["path"])
+        _check_resumable({**saved["state"], "_step": saved["step"]}, config, extra_state, saved["path"])
         meta = load_checkpoint(saved["path"], model=inner, optimizer=optimizer, rank=info.rank,
                                world_size=info.world_size)
         start, history, evals = meta["step"], meta["state"].get("history", []), meta["state"].get("evals", [])
+        _check_optimizer_settings(optimizer, config, saved["path"])
     else:
         torch.manual_seed(config.seed + info.rank)
     if info.world_size > 1:

@@ -62,3 +62,17 @@ def test_attention_memory_worker_and_report_rendering():
                       for n, m in (("f", 1.0), ("p", 2.0))}}
     header, rows = report.case_rows(case)
     assert header[-1] == "peak_extra_mb" and rows[1][3] == "2.00" and rows[0][5] == "0.50×"
+
+
+@pytest.mark.slow
+def test_compile_suite_times_eager_and_compiled_contenders():
+    """The compile suite at tiny size (dynamo's eager backend: no C++ build): every contender timed, goals recorded."""
+    result = run(["compile"], size="tiny", allocators=["default"])
+    train, decode = result["cases"]
+    contenders = {f"{m} {mode}" for m in ("posenc rope", "torch.nn.Transformer") for mode in ("eager", "compiled")}
+    for case in (train, decode):
+        assert set(case["stats"]) == contenders
+        assert set(case["facts"]["compile_s"]) == {c for c in contenders if c.endswith("compiled")}
+        assert all(v > 0 for v in case["facts"]["tokens_per_s"].values())
+        assert "posenc rope compiled >= torch.nn.Transformer compiled" in case["facts"]["goals_met"]
+    assert decode["facts"]["decoded_ids_equal_eager"] == {"posenc rope": True, "torch.nn.Transformer": True}

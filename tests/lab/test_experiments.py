@@ -280,3 +280,25 @@ def test_every_experiment_reports_plain_data(exp_id):
     rec = json.loads(json.dumps(f.public()))
     assert rec["id"] == exp_id and set(rec) == {"id", "claim", "params", "values", "holds"}
     assert isinstance(rec["holds"], bool) and rec["claim"]
+
+
+@pytest.mark.parametrize("length", [4096, 4097])  # both sides of EXACT_GRAM_ROWS: exact Gram, then FFT + rows
+def test_distance_only_holds_on_both_sides_of_the_method_switch(length):
+    f = EXPERIMENTS["distance-only"].run(LabConfig(dim=32, length=length))
+    method = "exact" if length <= article000.measures.EXACT_GRAM_ROWS else "fft+sampled"
+    assert f.params["method"] == method and f.holds, f.values
+    tol = f.values["tolerance"]
+    assert f.values["diagonal_spread"] <= tol["diagonal_spread"] and tol["formula_error_over_tolerance"] <= 1
+    # the tolerance is a rounding bound, not a loose constant: a table off by 1e-6 in one entry fails
+    assert tol["diagonal_spread"] < 1e-8 and tol["formula_error"] < 1e-8
+
+
+def test_shift_is_linear_holds_with_either_fit(cfg, monkeypatch):
+    exact = EXPERIMENTS["shift-is-linear"].run(cfg)
+    monkeypatch.setattr(article000.measures, "QR_FLOP_LIMIT", 0)  # force the shared-Gram method at this size
+    gram = EXPERIMENTS["shift-is-linear"].run(cfg)
+    assert (exact.params["method"], gram.params["method"]) == ("qr", "gram")
+    for f in (exact, gram):
+        v = f.values
+        assert f.holds and all(r <= b for r, b in zip(v["sinusoid_residual"], v["tolerance"]["sinusoid_residual"]))
+    assert gram.values["random_relative"] == pytest.approx(exact.values["random_relative"], rel=1e-9)

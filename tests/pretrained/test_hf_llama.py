@@ -316,3 +316,14 @@ def test_rms_norm_matches_formula(gen):
     ref = x64 / torch.sqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-5) * norm.weight.double()
     torch.testing.assert_close(norm(x).double(), ref, rtol=1e-6, atol=1e-6)
     assert math.isclose(norm.eps, 1e-5)
+
+
+def test_config_is_json_round_trippable(seed, tmp_path):
+    hf = hf_model("llama", rope_parameters={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+                                            "rope_theta": 500000.0})
+    cfg = load_pretrained(save(hf, tmp_path)).config
+    again = type(cfg).from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg and again.position == "rope-llama3" and again.position_options["base"] == 500000.0
+    with pytest.raises(ValueError, match="unknown LlamaConfig field"):
+        type(cfg).from_dict({**cfg.to_dict(), "hidden_size": 3})

@@ -6,7 +6,9 @@ partial rotation, fp32 and bf16, vs HF / torchtune / Meta / torch.compile),
 (x + PE vs one read-add-write), ``bias`` (what an ALiBi attention hands the
 kernel and its memory), ``attention`` (SDPA vs naive softmax: time, peak
 memory), ``train`` (posenc's EncoderDecoder vs torch.nn.Transformer: tokens/s,
-peak memory), ``lab`` (the lab's measures at scale, when the lab is installed).
+peak memory), ``lab`` (the lab's measures at scale, when the lab is installed),
+``compile`` (posenc RoPE/ALiBi/T5 and torch.nn.Transformer, eager vs
+torch.compile: training and decoding tokens/s, compile time apart).
 
 Every peer is checked against posenc before it is timed; see
 ``posenc.bench.timing`` for how allocation effects are controlled.
@@ -32,6 +34,7 @@ from posenc.bench.timing import allocator, load_average, machine_info
 #: suite name → runs once per allocator mode (in-process timings) or once (own processes / accuracy)
 SUITES: dict[str, bool] = {
     "rope": True, "angles": False, "additive": True, "bias": True, "attention": False, "train": False, "lab": False,
+    "compile": False,
 }
 
 
@@ -50,6 +53,8 @@ def _run_suite(name: str, size: str, *, compile_peers: bool, gen: torch.Generato
         return _suites.train_cases(size)
     if name == "lab":
         return _suites.lab_cases(size)
+    if name == "compile":
+        return _suites.compile_cases(size)
     raise ValueError(f"unknown suite {name!r}; valid: {', '.join(SUITES)}")
 
 

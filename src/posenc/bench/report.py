@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from posenc.validation import dumps
+
 
 def _fmt(v: float) -> str:
     if v >= 100:
@@ -138,7 +140,7 @@ def write(result: dict[str, Any], *, json_path: str | None, markdown_path: str |
     """Write the JSON and/or Markdown files (parents created)."""
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        Path(json_path).write_text(dumps(result, indent=2) + "\n", encoding="utf-8")
     if markdown_path:
         Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
         Path(markdown_path).write_text(render_markdown(result) + "\n", encoding="utf-8")

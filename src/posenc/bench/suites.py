@@ -31,18 +31,24 @@ SIZES: dict[str, dict[str, Any]] = {
         "rope": (1, 2, 16, 8), "repeats": 2, "additive": (2, 16, 8), "bias": (2, 2, 16),
         "attention": (1, 2, 32, 8), "train": {"batch": 2, "length": 8, "vocab": 50, "dim": 16, "heads": 2,
                                                "layers": 1, "ffn": 32, "steps": 1, "warmup": 1},
+        "compile": {"batch": 2, "length": 8, "vocab": 50, "dim": 16, "heads": 2, "layers": 1, "ffn": 32,
+                    "new_tokens": 3, "repeats": 2, "schemes": ["rope"], "backend": "eager"},
         "lab": (64, 16), "angle_positions": (10**4, 10**6), "train_dropouts": (0.0,),
     },
     "small": {
         "rope": (2, 16, 1024, 64), "repeats": 7, "additive": (8, 512, 512), "bias": (8, 8, 512),
         "attention": (2, 8, 1024, 64), "train": {"batch": 8, "length": 32, "vocab": 8000, "dim": 256, "heads": 4,
                                                    "layers": 3, "ffn": 1024, "steps": 2, "warmup": 1},
+        "compile": {"batch": 8, "length": 64, "vocab": 2000, "dim": 128, "heads": 4, "layers": 1,
+                     "ffn": 512, "new_tokens": 16, "repeats": 5, "schemes": ["rope", "alibi", "t5"]},
         "lab": (8192, 256), "angle_positions": (10**4, 10**5, 10**6), "train_dropouts": (0.0,),
     },
     "full": {
         "rope": (8, 16, 1024, 64), "repeats": 15, "additive": (8, 1024, 1024), "bias": (8, 16, 1024),
         "attention": (8, 16, 1024, 64), "train": {"batch": 32, "length": 64, "vocab": 8000, "dim": 256, "heads": 4,
                                                     "layers": 3, "ffn": 1024, "steps": 6, "warmup": 2},
+        "compile": {"batch": 8, "length": 128, "vocab": 8000, "dim": 256, "heads": 4, "layers": 3,
+                    "ffn": 1024, "new_tokens": 32, "repeats": 7, "schemes": ["rope", "alibi", "t5"]},
         "lab": (65536, 1024), "angle_positions": (10**4, 10**5, 10**6), "train_dropouts": (0.0, 0.1),
     },
 }
@@ -294,6 +300,36 @@ def train_cases(size: str) -> list[Case]:
                                 "torch.nn.Transformer": results["torch"]["parameters"]}}
         cases.append(Case("train", f"enc-dec training step, dropout {dropout}", stats, None,
                           "posenc EncoderDecoder", facts))
+    return cases
+
+
+# -- eager vs torch.compile ---------------------------------------------------------------------------------
+def compile_cases(size: str) -> list[Case]:
+    """posenc (RoPE, ALiBi, T5) vs torch.nn.Transformer, eager and compiled: training and decoding tokens/s.
+
+    One fresh process times every contender interleaved (``posenc.bench.compiled``);
+    compile time (a compiled contender's first call) is reported apart.
+    """
+    from posenc.bench.compiled import PEER
+    from posenc.bench.worker import run_in_subprocess
+
+    cfg = SIZES[size]["compile"]
+    result = run_in_subprocess({"task": "compile", **cfg})
+    cases = []
+    for kind, what in (("train", "training step (AdamW)"), ("decode", f"greedy decoding, {cfg['new_tokens']} tokens")):
+        part = result[kind]
+        stats = {k: Stats(**v) for k, v in part["stats"].items()}
+        rate = part["tokens_per_s"]
+        models = [f"posenc {s}" for s in cfg["schemes"]] + [PEER]
+        goals = {f"{m}: compiled >= eager": rate[f"{m} compiled"] >= rate[f"{m} eager"] for m in models}
+        goals.update({f"posenc {s} compiled >= {PEER} compiled": rate[f"posenc {s} compiled"] >= rate[f"{PEER} compiled"]
+                      for s in cfg["schemes"]})
+        facts = {"config": cfg, "backend": result["backend"], "tokens_per_s": rate, "compile_s": part["compile_s"],
+                 "goals_met": goals, "parameters": result["parameters"]}
+        if kind == "decode":
+            facts["decoded_ids_equal_eager"] = result["decode_agrees"]
+        cases.append(Case("compile", f"eager vs torch.compile: {what}", stats, None,
+                          f"posenc {cfg['schemes'][0]} compiled", facts))
     return cases
 
 

@@ -90,10 +90,26 @@ def attention_memory(spec: dict[str, Any]) -> dict[str, Any]:
     return {"peak_extra_mb": peak.extra_mb}
 
 
+def seq2seq_train_step(forward: Any, opt: Any, src: Any, tgt: Any, vocab: int) -> Any:
+    """One training step of a seq2seq model on (src, tgt): teacher forcing, cross-entropy, backward, update.
+
+    ``forward(src, tgt_in)`` returns (B, T, V) logits (a model, or its compiled form).
+    """
+    import torch.nn.functional as F
+
+    def step() -> float:
+        logits = forward(src, tgt[:, :-1])  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+    return step
+
+
 def train(spec: dict[str, Any]) -> dict[str, Any]:
     """Time AdamW training steps of posenc's EncoderDecoder or torch.nn.Transformer on random tokens."""
     import torch
-    import torch.nn.functional as F
 
     from posenc import ModelConfig, build_encoder_decoder
     from posenc.bench.peers import TorchTransformerSeq2Seq
@@ -118,14 +134,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     src = torch.randint(0, vocab, (batch, length), generator=gen)
     tgt = torch.randint(0, vocab, (batch, length + 1), generator=gen)
 
-    def step() -> float:
-        logits = model(src, tgt[:, :-1])  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, vocab), tgt[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return float(loss.detach())
-
+    step = seq2seq_train_step(model, opt, src, tgt, vocab)
     times, faults = [], []
     with PeakMemory() as peak:  # the warm-up steps allocate the optimizer state: part of training's peak
         for _ in range(spec["warmup"]):
@@ -146,7 +155,14 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-TASKS = {"attention_memory": attention_memory, "train": train}
+def compile_bench(spec: dict[str, Any]) -> dict[str, Any]:
+    """Eager vs torch.compile training and decoding (``posenc.bench.compiled``), all contenders in this process."""
+    from posenc.bench.compiled import compile_bench as run
+
+    return run(spec)
+
+
+TASKS = {"attention_memory": attention_memory, "train": train, "compile": compile_bench}
 
 
 def main(argv: list[str]) -> int:

@@ -30,11 +30,15 @@ def run(args: argparse.Namespace) -> int:
     from posenc.bench import SUITES, report
     from posenc.bench import run as run_bench
 
-    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    from posenc.validation import check_output, parse_list
+
+    suites = parse_list(args.suites, "--suites")
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
         raise ValueError(f"unknown suite(s) {unknown}; valid: {', '.join(SUITES)}")
-    allocators = [a.strip() for a in args.alloc.split(",") if a.strip()]
+    allocators = parse_list(args.alloc, "--alloc")
+    for flag in ("out", "json", "markdown"):  # before the timings, not after
+        check_output(getattr(args, flag, None), f"--{flag}", kind="dir" if flag == "out" else "file")
     apply_threads(args)
     size = "full" if args.full else args.size
     compile_peers = args.compile if args.compile is not None else size == "full"
@@ -63,7 +67,9 @@ def register(sub: Any) -> None:
                        description="Time posenc against peer forms (HF, torchtune, Meta, torch.compile, "
                                    "naive attention, torch.nn.Transformer) in one interleaved run; print medians "
                                    "and ratios to the copy floor and to each peer.")
-    p.add_argument("--suites", default=DEFAULT_SUITES, help=f"comma-separated suites (default: {DEFAULT_SUITES})")
+    p.add_argument("--suites", default=DEFAULT_SUITES,
+                   help=f"comma-separated suites (default: {DEFAULT_SUITES}); also: compile "
+                        "(eager vs torch.compile training and decoding, minutes of C++ builds)")
     p.add_argument("--size", choices=["tiny", "small", "full"], default="small",
                    help="problem sizes: tiny (seconds, for tests), small (default, ~2–3 min on 2 cores), full (the issue's sizes, ~8–12 min)")
     p.add_argument("--full", action="store_true", help="same as --size full")

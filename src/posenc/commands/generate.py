@@ -105,10 +105,11 @@ def run(args: argparse.Namespace) -> int:
         "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(),
     }
     if not args.quiet:
+        threads = torch.get_num_threads()
         decode = f"{result['decode_tokens_per_s']:.1f}" if result["decode_tokens_per_s"] else "-"
         print(f"{len(ids)} prompt tokens in {prefill_s:.2f} s, {len(new)} new tokens at {decode} tokens/s "
               f"({'greedy' if args.temperature == 0 else f'sampled, temperature {args.temperature}'}, "
-              f"{torch.get_num_threads()} threads)", file=sys.stderr)
+              f"{threads} thread{'s' if threads != 1 else ''})", file=sys.stderr)
     write_json(args, result)
     return 0
 

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from posenc.cli_options import add_json, add_out, add_seed, json_to_stdout, out_dir, write_json
+from posenc.validation import check_output, dumps, int_at_least, seed_arg
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,6 +20,8 @@ def run(args: argparse.Namespace) -> int:
             entry = ckpt.entries[name]
             print(f"{name:<70} {entry.dtype:<5} {list(entry.shape)}")
         return 0
+    check_output(args.out, "--out", kind="dir")
+    check_output(args.json, "--json")
     rows = None
     if args.rows:
         start, _, stop = args.rows.partition(":")
@@ -43,25 +46,27 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="measure a safetensors checkpoint's position and token embeddings",
+    p = sub.add_parser("inspect", help="measure a checkpoint's position and token embeddings (safetensors or GGUF)",
                        description="Find the position table, token table and output head of a safetensors "
-                                   "checkpoint (file, shard index, or folder with config.json) and measure them. "
+                                   "checkpoint (file, shard index, or folder with config.json) or a llama.cpp "
+                                   ".gguf file (config from its metadata, tables dequantised) and measure them. "
                                    "Pickle-based files are refused.")
-    p.add_argument("path", help="a .safetensors file, a *.safetensors.index.json, or a model folder")
+    p.add_argument("path", help="a .safetensors file, a *.safetensors.index.json, a model folder, or a .gguf file")
     add_json(p, help="write the measurements as JSON to FILE ('-': print them instead of the summary)")
     add_out(p, default=None, help="write index.html, inspect.json and PNG figures into this folder")
     p.add_argument("--position-tensor", metavar="NAME", help="name of the position table (overrides the search)")
     p.add_argument("--token-tensor", metavar="NAME", help="name of the token table (overrides the search)")
     p.add_argument("--head-tensor", metavar="NAME", help="name of the output head (overrides the search)")
-    p.add_argument("--position-offset", type=int, metavar="K",
+    p.add_argument("--position-offset", type=int_at_least(0), metavar="K",
                    help="rows before position 0 in the position table (OPT/BART: 2, detected from config)")
     p.add_argument("--rows", metavar="START:STOP",
                    help="measure only these positions of a learned table (e.g. 0:128, the fine-tuned ones)")
     p.add_argument("--tokens", metavar="W1,W2,...", help="words (or #id) to list neighbours for")
-    p.add_argument("--neighbours", type=int, default=8, metavar="K", help="neighbours per list (default 8)")
-    p.add_argument("--max-positions", type=int, default=1024, metavar="N",
-                   help="positions measured for a rotary scheme read from config.json (default 1024)")
-    p.add_argument("--sample", type=int, default=1000, metavar="N",
+    p.add_argument("--neighbours", type=int_at_least(1), default=8, metavar="K", help="neighbours per list (default 8)")
+    p.add_argument("--max-positions", type=int_at_least(2), default=1024, metavar="N",
+                   help="positions measured for a rotary scheme read from config.json or GGUF metadata "
+                        "(default 1024)")
+    p.add_argument("--sample", type=int_at_least(1), default=1000, metavar="N",
                    help="token rows sampled to count how often a row tops its own dot-product list (default 1000)")
     add_seed(p, help="seed of the random baseline and samples")
     p.add_argument("--list-tensors", action="store_true", help="list the checkpoint's tensors and exit")

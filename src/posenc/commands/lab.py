@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from posenc.cli_options import add_json, add_out, add_quiet, add_seed, json_to_stdout, out_dir, write_json
+from posenc.validation import check_output, dumps, parse_list
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,6 +24,9 @@ def run(args: argparse.Namespace) -> int:
     from posenc.lab.report import property_text, terminal_table, to_json, write_report
 
     cfg = LabConfig(dim=args.dim, length=args.length, base=args.base, seed=args.seed)
+    if args.out != "-":
+        check_output(args.out, "--out", kind="dir")
+    check_output(args.json, "--json")
     show_progress = not args.quiet  # tqdm on stderr: stdout stays clean for --json
     to_stdout = json_to_stdout(args)  # then the table and messages go elsewhere: stdout is one JSON object
     if args.what == "properties":
@@ -31,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
             print(property_text(rows))
         write_json(args, {"properties": rows})
         return 0
-    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
+    only = parse_list(args.only, "--only") if args.only is not None else None
     findings = run_lab(cfg, only=only, progress=show_progress)
     rows = property_table(cfg) if not only else None
     if not to_stdout:

@@ -16,8 +16,16 @@ from typing import Any
 from posenc.commands.train import add_model_args, settings_from_args, set_threads
 
 
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+def _csv(text: str, name: str = "list", convert: Any = str) -> list[Any]:
+    from posenc.validation import parse_list
+
+    return parse_list(text, name, convert=convert)
+
+
+def _seed(text: str) -> int:
+    from posenc.validation import seed
+
+    return seed(int(text), "seed")
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -45,14 +53,18 @@ def run(args: argparse.Namespace) -> int:
         paths = lg.write_report(cells, args.out, meta)
         print(f"report of {len(cells)} cells: {', '.join(str(p) for p in paths.values())}")
         return 0
-    tasks = _csv(args.task)
+    from posenc.validation import check_output
+
+    check_output(args.out, "--out", kind="dir")
+    tasks = _csv(args.task, "--task")
     for t in tasks:
         if t not in task_names():
             raise ValueError(f"unknown task {t!r}; valid tasks: {', '.join(task_names())}")
-    schemes = names() if args.scheme == "all" else (_csv(args.scheme) if args.scheme else lg.default_schemes())
-    schemes = [lg.resolve_scheme(s) for s in schemes]
+    schemes = names() if args.scheme == "all" else (
+        _csv(args.scheme, "--scheme") if args.scheme is not None else lg.default_schemes())
+    schemes = _csv(",".join(lg.resolve_scheme(s) for s in schemes), "--scheme (after aliases)")
     base = lg.QUICK if args.quick else lg.DEFAULT
-    grid = lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(int(s) for s in _csv(args.seeds)),
+    grid = lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(_csv(args.seeds, "--seeds", _seed)),
                          settings=settings_from_args(args, base))
     if info.is_main:
         print(f"lengthgen: {len(grid.cells())} cells — tasks {tasks}, schemes {schemes}, seeds {list(grid.seeds)}; "
@@ -97,7 +109,7 @@ def _run_jobs(args: argparse.Namespace, grid: Any) -> tuple[list[dict[str, Any]]
             argv += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     threads = args.threads or 1
     procs = [subprocess.Popen([sys.executable, "-m", "posenc.cli", *argv, "--shard", f"{i}/{args.jobs}",
-                               "--threads", str(threads), "--no-progress"]) for i in range(args.jobs)]
+                               "--threads", str(threads), "--quiet"]) for i in range(args.jobs)]
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:  # the children got the same Ctrl-C: let them save and stop

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.cli_options import add_out, add_position, add_quiet, add_seed, add_threads, apply_threads, out_dir
+from posenc.validation import check_output, positive_int
 
 BACKBONES = ("posenc", "torch")
 
@@ -34,6 +35,11 @@ def backbone_list(text: str) -> list[str]:
 def _prepare(args: argparse.Namespace):
     from posenc.translation.run import prepare_data
 
+    check_output(args.data, "--data", kind="dir")  # before reading and tokenising the corpus
+    if getattr(args, "run", None):
+        check_output(args.run, "--run", kind="dir")
+    if getattr(args, "out", None):
+        check_output(args.out, "--out", kind="dir")
     return prepare_data(args.data, source=args.source, target=args.target, split=args.split, valid=args.valid,
                         test=args.test, seed=args.split_seed, vocab_size=args.vocab,
                         shared_vocab=not args.separate_vocab, root=args.sword_root,

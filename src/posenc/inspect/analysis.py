@@ -57,7 +57,10 @@ def distance_r2(table: Tensor) -> float:
     of diagonal δ (the best function of distance in least squares),
     R² = 1 − Σ (C_ij − m(j − i))² / Σ (C_ij − C̄)², over i ≠ j (the main
     diagonal is all ones). 1 for a translation-invariant similarity; about
-    2/L for a random table, whose off-diagonal cosines are noise.
+    2/L for a random table, whose off-diagonal cosines are noise. NaN (JSON
+    ``null``) when the off-diagonal cosines do not vary at all: an all-zero or
+    constant table has no similarity structure to explain, and must not score
+    like a sinusoid.
     """
     t = F.normalize(table.detach().double(), dim=-1)
     gram = t @ t.T  # (L, L)
@@ -69,7 +72,7 @@ def distance_r2(table: Tensor) -> float:
             resid += float(((diag - diag.mean()) ** 2).sum())
     values = gram[off]
     total = float(((values - values.mean()) ** 2).sum())
-    return 1.0 - resid / total if total > 0 else 1.0
+    return 1.0 - resid / total if total > 1e-12 * values.numel() else math.nan
 
 
 def sinusoid_likeness(series: Tensor, *, pad: int = 8) -> dict[str, float]:

@@ -13,6 +13,7 @@ from typing import Any
 
 # The lab's page style, figure style and number format: one look for every posenc report.
 from posenc.lab.report import CSS
+from posenc.validation import dumps
 from posenc.lab.report import fmt_number as _fmt
 from posenc.lab.report import pyplot as _plt
 
@@ -320,5 +321,5 @@ def write_report(result: dict[str, Any], out: str | Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     files = figures(result, out)
-    (out / "inspect.json").write_text(json.dumps(compact(result), indent=1), encoding="utf-8")
+    (out / "inspect.json").write_text(dumps(compact(result), indent=1), encoding="utf-8")
     return write_html(result, out, files)

@@ -16,19 +16,29 @@ import torch
 
 from posenc.inspect.analysis import analyse_positions, analyse_tokens
 from posenc.inspect.locate import detect_tying, locate, rope_from_config
-from posenc.inspect.safeload import Checkpoint, load_checkpoint, to_float64
+from posenc.inspect.safeload import Checkpoint, CheckpointError, load_checkpoint, to_float64
 from posenc.lab.measures import diagonal_profile, monotonicity, scheme_similarity, scheme_table
+from posenc.validation import check_memory, number
 
 #: Positions measured for a rotary scheme (it is defined everywhere; this bounds the L × L Gram).
 ROTARY_POSITIONS = 1024
 
 
 def _rotary(cfg: dict[str, Any], max_positions: int) -> dict[str, Any] | None:
-    built = rope_from_config(cfg)
+    try:
+        built = rope_from_config(cfg)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"config.json's rotary settings cannot be measured: {err}; fix config.json") from None
     if built is None:
         return None
     scheme, settings = built
-    length = min(max_positions, int(settings.get("max_position_embeddings") or max_positions))
+    number(max_positions, "max_positions", minimum=2, integer=True)
+    declared = settings.get("max_position_embeddings")
+    if declared is not None and not (isinstance(declared, int) and declared >= 2):
+        raise CheckpointError(f"config.json: max_position_embeddings={declared!r} must be an integer >= 2")
+    length = min(max_positions, declared or max_positions)
+    check_memory(_gram_bytes(length, 0), f"measuring {length} rotary positions (an L × L similarity)",
+                 fix="lower --max-positions")
     sim = scheme_similarity(scheme, length)  # (L, L)
     diag = diagonal_profile(sim)
     profile = diag["mean"][length - 1 :]  # lags 0 … L − 1
@@ -44,6 +54,22 @@ def _rotary(cfg: dict[str, Any], max_positions: int) -> dict[str, Any] | None:
         "monotonic": monotonicity(profile),
         "analysis": analyse_positions(table) if table is not None else None,
     }
+
+
+def _gram_bytes(length: int, width: int) -> float:
+    """Planned memory of the position measures: a few float64 L × L matrices and L × d copies."""
+    return 8.0 * (6 * length * length + 8 * length * width)
+
+
+def finite_table(t: torch.Tensor, what: str) -> torch.Tensor:
+    """``t`` if every entry is finite; else an error naming the first bad row (read from a file, not a forward)."""
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        rows = bad.reshape(t.shape[0], -1).any(dim=1).nonzero().flatten()
+        raise CheckpointError(f"{what} has {int(bad.sum())} non-finite entries (NaN or ±inf) in {rows.numel()} rows, "
+                              f"the first at row {int(rows[0])}; the checkpoint is corrupt or was saved after "
+                              "training diverged — measure another checkpoint, or select clean rows with --rows")
+    return t
 
 
 def _relative(ckpt: Checkpoint, names: list[str]) -> list[dict[str, Any]]:
@@ -110,13 +136,18 @@ def inspect_checkpoint(
         "notes": [*ckpt.notes, *found.notes],
     }
     if found.position is not None:
-        table = to_float64(ckpt.tensor(found.position))[found.position_offset :]
+        rows_all, width = ckpt.shape(found.position)
+        available = rows_all - found.position_offset
         start, stop = (0, None) if rows is None else rows
-        stop = table.shape[0] if stop is None else stop
-        if not 0 <= start < stop <= table.shape[0] or stop - start < 2:
-            raise ValueError(f"rows {start}:{stop} must select at least 2 of the table's {table.shape[0]} positions")
+        stop = available if stop is None else stop
+        if not 0 <= start < stop <= available or stop - start < 2:
+            raise ValueError(f"rows {start}:{stop} must select at least 2 of the table's {available} positions")
+        check_memory(_gram_bytes(stop - start, width), f"measuring {stop - start} positions × {width} of "
+                     f"{found.position!r}", fix=f"measure fewer with --rows START:STOP (e.g. --rows 0:2048)")
+        table = to_float64(ckpt.tensor(found.position))[found.position_offset :][start:stop]
+        finite_table(table, f"position table {found.position!r} (rows {start}:{stop})")
         result["position"] = {"kind": "learned", "tensor": found.position, "rows": [start, stop],
-                              "analysis": analyse_positions(table[start:stop], seed=seed)}
+                              "analysis": analyse_positions(table, seed=seed)}
         if rope_from_config(cfg) is not None:
             result["notes"].append("the config also has rotary settings; the learned table is what is measured")
     else:
@@ -133,8 +164,11 @@ def inspect_checkpoint(
                                    "name a table with --position-tensor if the model has one")
     result["relative"] = _relative(ckpt, found.relative)
     if found.token is not None:
-        result["tokens"] = analyse_tokens(ckpt.tensor(found.token).float(), ckpt.vocab, tokens=tokens,
-                                          k=k, sample=sample, seed=seed)
+        vocab_rows, width = ckpt.shape(found.token)
+        check_memory(4.0 * vocab_rows * (3 * width + 8), f"measuring the {vocab_rows} × {width} token table",
+                     fix="measure it on a machine with more memory, or set POSENC_MEMORY_BUDGET")
+        table = finite_table(ckpt.tensor(found.token).float(), f"token table {found.token!r}")
+        result["tokens"] = analyse_tokens(table, ckpt.vocab, tokens=tokens, k=k, sample=sample, seed=seed)
         result["tokens"]["tensor"] = found.token
     else:
         result["tokens"] = None

@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posenc.validation import regular_file
+
 #: Bytes per element of each safetensors dtype.
 DTYPE_SIZES: dict[str, int] = {
     "BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1,
@@ -39,6 +41,8 @@ DTYPE_SIZES: dict[str, int] = {
 #: File suffixes whose loaders unpickle.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".th", ".tar")
 MAX_HEADER_BYTES = 100_000_000
+#: Largest config.json / tokenizer.json / vocab file read (real tokenizers are a few MiB).
+MAX_JSON_BYTES = 500_000_000
 _CONVERT_HINT = (
     "posenc reads safetensors only and never unpickles a file (unpickling can run arbitrary code). "
     "Download the model's .safetensors weights instead, or convert this file to safetensors yourself "
@@ -150,6 +154,7 @@ def read_header(path: Path) -> dict[str, TensorEntry]:
         CheckpointError: pickle-based file, truncated file, header that is not
             safetensors JSON, unknown dtype, or a tensor whose bytes do not fit.
     """
+    regular_file(path, "safetensors file")
     refuse_pickle(path)
     size = path.stat().st_size
     if size < 8:
@@ -164,6 +169,9 @@ def read_header(path: Path) -> dict[str, TensorEntry]:
         raw = f.read(n)
     try:
         header = json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise CheckpointError(f"{path}: the safetensors header nests too deeply to be a tensor list; "
+                              "the file is corrupt or not a safetensors file") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{path}: the safetensors header is not valid JSON ({err}); "
                               "the file is corrupt or not a safetensors file") from None
@@ -199,8 +207,14 @@ def read_header(path: Path) -> dict[str, TensorEntry]:
 
 # -- finding the files of a checkpoint ----------------------------------------
 def _read_json(path: Path) -> Any:
+    regular_file(path, "JSON file")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise CheckpointError(f"{path}: {path.stat().st_size} bytes is more than the {MAX_JSON_BYTES} read for a "
+                              "config or tokenizer file; the file is not what its name says — remove it")
     try:
         return json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise CheckpointError(f"{path}: nests too deeply to be a config or tokenizer; fix or remove the file") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{path}: not valid JSON ({err}); fix or remove the file") from None
 
@@ -259,32 +273,53 @@ def read_vocab(folder: Path) -> tuple[list[str] | None, str | None]:
         model = data.get("model", {}) if name == "tokenizer.json" else {"vocab": data}
         vocab = model.get("vocab") if isinstance(model, dict) else None
         by_id: dict[int, str] = {}
-        if isinstance(vocab, dict):  # WordPiece / BPE: {token: id}
-            by_id = {int(i): t for t, i in vocab.items()}
-        elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
-            by_id = {i: (p[0] if isinstance(p, list) else str(p)) for i, p in enumerate(vocab)}
-        for added in data.get("added_tokens", []) if name == "tokenizer.json" else []:
-            by_id[int(added["id"])] = added["content"]
+        try:
+            if isinstance(vocab, dict):  # WordPiece / BPE: {token: id}
+                by_id = {_token_id(i): str(t) for t, i in vocab.items()}
+            elif isinstance(vocab, list):  # Unigram: [[piece, score], ...]
+                by_id = {i: str(p[0] if isinstance(p, list) and p else p) for i, p in enumerate(vocab)}
+            added_tokens = data.get("added_tokens", []) if name == "tokenizer.json" else []
+            for added in added_tokens if isinstance(added_tokens, list) else []:
+                by_id[_token_id(added["id"])] = str(added["content"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{path}: malformed vocabulary ({type(err).__name__}: {err}); "
+                                  "fix or remove the file to inspect without token strings") from None
         if by_id:
-            return [by_id.get(i, f"<{i}>") for i in range(max(by_id) + 1)], str(path)
+            top = max(by_id)
+            if top >= 2 * len(by_id) + 1024:  # ids are dense in real tokenizers; this one would need a huge list
+                raise CheckpointError(f"{path}: token id {top} for only {len(by_id)} tokens — the ids are not a "
+                                      "vocabulary's; fix or remove the file to inspect without token strings")
+            return [by_id.get(i, f"<{i}>") for i in range(top + 1)], str(path)
     return None, None
+
+
+def _token_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"token id {value!r} is not an integer >= 0")
+    return value
 
 
 def load_checkpoint(path: str | Path) -> Checkpoint:
     """Open a checkpoint safely: validate every header, read config and vocabulary; no tensor is read yet.
 
     Args:
-        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, or a
+        path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, a
             folder holding either (with ``config.json`` and a vocabulary file
-            next to it when available).
+            next to it when available), or a llama.cpp ``.gguf`` file (config and
+            vocabulary from its metadata, tensors dequantised when read).
 
     Raises:
         FileNotFoundError: nothing at ``path``.
         CheckpointError: pickle-based or malformed files (see :func:`read_header`).
     """
     path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or folder")
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        regular_file(path, "GGUF file")
+        from posenc.pretrained.gguf import inspect_checkpoint_of
+
+        return inspect_checkpoint_of(path)
+    if not path.is_dir():
+        regular_file(path, "checkpoint file or folder")
     folder = path if path.is_dir() else path.parent
     weights = find_weights(path) if path.is_dir() else [path]
     entries: dict[str, TensorEntry] = {}

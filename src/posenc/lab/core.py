@@ -33,6 +33,12 @@ class LabConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        from posenc.validation import number, seed
+
+        number(self.dim, "--dim", integer=True)
+        number(self.length, "--length", integer=True)
+        number(self.base, "--base", above=1, fix="the sinusoid/RoPE base is usually 10000")
+        seed(self.seed, "--seed")
         if self.dim < 4 or self.dim % 2:
             raise ValueError(f"--dim must be an even number >= 4, got {self.dim}")
         if self.length < 8:

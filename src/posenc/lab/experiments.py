@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,9 +20,14 @@ from tqdm import tqdm
 from posenc.lab import article000, article002, article003  # noqa: F401
 from posenc.lab.core import EXPERIMENTS, Finding, LabConfig
 from posenc.lab.measures import scheme_properties
-from posenc.positions import build, lookup, names, option_names
+from posenc.positions import PositionScheme, build, lookup, names, option_names
 
-__all__ = ["EXPERIMENTS", "Finding", "LabConfig", "experiment_ids", "property_table", "run_lab"]
+__all__ = ["EXPERIMENTS", "GLOBAL_RNG_LOCK", "Finding", "LabConfig", "experiment_ids", "lab_scheme", "property_table",
+           "run_lab"]
+
+#: Held by whoever touches torch's global generator from a thread (posenc explore serves requests in
+#: parallel): seeding and building a scheme, or a module whose init draws from it, must not interleave.
+GLOBAL_RNG_LOCK = threading.Lock()
 
 
 def experiment_ids() -> list[str]:
@@ -63,6 +69,18 @@ def run_lab(cfg: LabConfig, *, only: Sequence[str] | None = None, progress: bool
     return findings
 
 
+def lab_scheme(name: str, cfg: LabConfig, **scheme_options: Any) -> PositionScheme:
+    """The scheme ``name`` as the lab measures it: the lab's width, 4 heads (1 where the width does not
+    divide), the lab's base where the scheme takes one (unless ``scheme_options`` set it), and learned
+    tables drawn from ``cfg.seed`` — the same rows every run."""
+    heads = 4 if cfg.dim % 4 == 0 else 1
+    if "base" in option_names(name):
+        scheme_options = {"base": cfg.base, **scheme_options}
+    with GLOBAL_RNG_LOCK:
+        torch.manual_seed(cfg.seed)
+        return build(name, dim=cfg.dim, num_heads=heads, **scheme_options)
+
+
 def property_table(cfg: LabConfig, *, progress: bool = False) -> list[dict[str, Any]]:
     """One row of measured properties per registered scheme (``posenc.positions.names()``).
 
@@ -70,14 +88,10 @@ def property_table(cfg: LabConfig, *, progress: bool = False) -> list[dict[str, 
     not divide) and, where it takes one, the lab's base. A scheme that cannot
     be built or measured gets a row with ``error`` instead of crashing the table.
     """
-    heads = 4 if cfg.dim % 4 == 0 else 1
     rows = []
     for name in tqdm(names(), desc="properties", unit="scheme", disable=not progress, leave=False):
         try:
-            options = {"base": cfg.base} if "base" in option_names(name) else {}
-            torch.manual_seed(cfg.seed)  # learned tables: the same random rows every run
-            scheme = build(name, dim=cfg.dim, num_heads=heads, **options)
-            rows.append(scheme_properties(scheme, length=cfg.length))
+            rows.append(scheme_properties(lab_scheme(name, cfg), length=cfg.length))
         except Exception as err:  # noqa: BLE001 - one odd scheme must not hide the others
             rows.append({"name": name, "family": getattr(lookup(name), "family", "?"),
                          "error": f"{type(err).__name__}: {err}"})

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.lab.core import Finding, LabConfig
+from posenc.validation import dumps
 
 # -- short text per experiment ----------------------------------------------------------------------------
 
@@ -433,7 +434,7 @@ def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(to_json(findings, cfg=cfg, properties=properties, series=True)))
+    (out / "results.json").write_text(dumps(to_json(findings, cfg=cfg, properties=properties, series=True)))
     by_id = {f.id: f for f in findings}
     figures: dict[str, list[str]] = {}
     drawn = [f for f in findings if f.id in FIGURES]

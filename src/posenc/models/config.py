@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from posenc.validation import check_model_config
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
@@ -51,6 +53,9 @@ class ModelConfig:
     tie_embeddings: bool = True
     share_embeddings: bool = False
     scale_embeddings: bool = True
+
+    def __post_init__(self) -> None:
+        check_model_config(self)  # 0 is refused, not taken for "the default" (None is the default)
 
     @property
     def target_vocab_size(self) -> int:

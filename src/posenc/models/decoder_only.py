@@ -20,6 +20,7 @@ from torch import Tensor, nn
 from posenc.embedding import OutputHead, count_parameters
 from posenc.models.config import ModelConfig
 from posenc.models.parts import DecoderLayer, InputEmbedding, LayerCache, describe_scheme, greedy, positions_for
+from posenc.validation import check_batch_positions, check_cache, check_ids
 
 
 class DecoderOnlyLM(nn.Module):
@@ -54,6 +55,9 @@ class DecoderOnlyLM(nn.Module):
         With ``cache``, ids holds only the new tokens, their positions continue
         after the cached ones, and ``key_padding_mask`` covers every key so far.
         """
+        ids = check_ids(ids)
+        check_batch_positions(positions, ids.shape[0])
+        check_cache(cache, len(self.layers))
         offset = cache[0].self_attn.length if cache else 0
         positions = positions_for(positions, ids.shape[1], offset, ids.device)
         x = self.embed(ids, positions)
@@ -75,6 +79,7 @@ class DecoderOnlyLM(nn.Module):
     @torch.no_grad()
     def generate(self, prompt: Tensor, *, max_new_tokens: int, eos_id: int | None = None) -> Tensor:
         """Greedy continuation with the KV cache; each new token gets its true position."""
+        prompt = check_ids(prompt, "prompt")
         return greedy(lambda ids, cache: self(ids, cache=cache), prompt, self.new_cache(), max_new_tokens, eos_id)
 
     def describe(self) -> dict[str, Any]:

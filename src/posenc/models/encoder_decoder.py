@@ -25,6 +25,7 @@ from posenc.models.parts import (
     greedy,
     positions_for,
 )
+from posenc.validation import check_batch_positions, check_cache, check_ids
 
 
 class EncoderDecoder(nn.Module):
@@ -66,6 +67,8 @@ class EncoderDecoder(nn.Module):
         src_valid_lens: Tensor | None = None,
     ) -> Tensor:
         """Source ids (B, S) → memory (B, S, D)."""
+        src = check_ids(src, "src")
+        check_batch_positions(src_pos, src.shape[0], "src_pos")
         positions = positions_for(src_pos, src.shape[1], 0, src.device)
         x = self.src_embed(src, positions)
         for layer in self.encoder:
@@ -78,6 +81,9 @@ class EncoderDecoder(nn.Module):
         cache: list[LayerCache] | None = None,
     ) -> Tensor:
         """Target ids (B, T) and memory → logits (B, T, V). With ``cache``, ``tgt`` holds only new tokens."""
+        tgt = check_ids(tgt, "tgt")
+        check_batch_positions(tgt_pos, tgt.shape[0], "tgt_pos")
+        check_cache(cache, len(self.decoder))
         offset = cache[0].self_attn.length if cache else 0
         positions = positions_for(tgt_pos, tgt.shape[1], offset, tgt.device)
         x = self.tgt_embed(tgt, positions)
@@ -102,6 +108,7 @@ class EncoderDecoder(nn.Module):
         src_padding_mask: Tensor | None = None,
     ) -> Tensor:
         """Greedy decoding with the KV cache; returns (B, 1 + generated) target ids starting with BOS."""
+        src = check_ids(src, "src")
         memory = self.encode(src, src_padding_mask=src_padding_mask)
         out = torch.full((src.shape[0], 1), bos_id, dtype=torch.long, device=src.device)
         return greedy(lambda ids, cache: self.decode(ids, memory, memory_padding_mask=src_padding_mask, cache=cache),

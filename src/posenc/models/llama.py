@@ -253,6 +253,8 @@ class LlamaLM(nn.Module):
         done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
         ids, new = prompt, prompt
         for _ in range(max_new_tokens):
+            for layer_cache in cache:  # under torch.compile: one decoding graph for every cache length
+                layer_cache.mark_dynamic()
             h = self.hidden(new, cache=cache)[:, -1]  # (B, D): only the last position needs logits
             nxt = next_token(self.head(h).float(), temperature=temperature, top_k=top_k, top_p=top_p,
                              generator=generator)  # (B,)
@@ -320,8 +322,9 @@ def build_llama(config: LlamaConfig, *, device: str | torch.device | None = None
             default device: its own buffers, if any, are not in a checkpoint.
     """
     cfg = config
+    # the scheme is told the model's heads, head width, trained context and that the stack is causal
     position = build(cfg.position, dim=cfg.num_heads * cfg.attention_head_dim, num_heads=cfg.num_heads,
-                     **dict(cfg.position_options))
+                     max_length=cfg.max_position_embeddings, causal=True, **dict(cfg.position_options))
     with torch.device(device) if device is not None else contextlib.nullcontext():
         return _assemble(cfg, position)
 

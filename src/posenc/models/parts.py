@@ -207,6 +207,8 @@ def greedy(step: Callable[[Tensor, list[LayerCache]], Tensor], ids: Tensor, cach
     done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     new = ids
     for _ in range(max_new_tokens):
+        for layer_cache in cache:  # under torch.compile: one decoding graph for every cache length
+            layer_cache.self_attn.mark_dynamic()
         logits = step(new, cache)  # (B, t, V)
         nxt = logits[:, -1].argmax(-1)  # (B,)
         if eos_id is not None:

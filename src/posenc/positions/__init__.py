@@ -17,7 +17,10 @@ scheme's own options come on top. Aliases (``nope`` → ``none``, ``absolute`` �
 from __future__ import annotations
 
 import inspect
-from typing import Any
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from posenc.positions.absolute import (
     LearnedPositions,
@@ -109,6 +112,46 @@ def option_names(name: str) -> list[str]:
     return [p for p, param in params.items() if p != "self" and param.kind == param.KEYWORD_ONLY]
 
 
+def options(name: str) -> list[dict[str, Any]]:
+    """The scheme's own options: what ``build(name, ...)`` takes besides what a model must supply.
+
+    A model must supply the constructor arguments without a default that ``context_args`` fills (width,
+    head width, head count); everything else is an option, including those a model may also set
+    (a learned table's ``max_len``, T5's ``bidirectional``). Each option is a dict: ``name``, ``type``
+    (``"int"``, ``"float"``, ``"bool"``, ``"choice"`` or ``"floats"`` — a list of floats), ``default``,
+    ``optional`` (None is allowed: the scheme derives the value) and, for ``"choice"``, ``choices``. Read
+    from the constructor's type hints, here and nowhere else, so a user interface can offer every option
+    of every scheme without reading signatures.
+
+    >>> [o["name"] for o in options("rope")]
+    ['base', 'pairing', 'rotary_dim']
+    """
+    cls = lookup(name)
+    params = inspect.signature(cls.__init__).parameters
+    required = {k for k in model_context(name, dim=64, num_heads=4) if params[k].default is inspect.Parameter.empty}
+    hints = typing.get_type_hints(cls.__init__)
+    out = []
+    for key in option_names(name):
+        if key in required:
+            continue
+        hint = hints.get(key, Any)
+        args = typing.get_args(hint)
+        optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+        if optional:
+            hint = next(a for a in args if a is not type(None))
+        spec: dict[str, Any] = {"name": key, "default": params[key].default, "optional": optional}
+        if typing.get_origin(hint) is Literal:
+            spec.update(type="choice", choices=list(typing.get_args(hint)))
+        elif hint in (bool, int, float):
+            spec["type"] = hint.__name__
+        elif typing.get_origin(hint) in (Sequence, list, tuple):
+            spec["type"] = "floats"
+        else:
+            raise TypeError(f"option {key!r} of {name!r} has a type options() does not describe: {hint}")
+        out.append(spec)
+    return out
+
+
 def model_context(
     name: str, *, dim: int, num_heads: int, max_length: int | None = None, causal: bool = False,
 ) -> dict[str, Any]:
@@ -193,6 +236,7 @@ __all__ = [
     "model_context",
     "names",
     "option_names",
+    "options",
     "pairing_permutation",
     "register",
     "sinusoid_table",

@@ -11,8 +11,10 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posenc.checks import check_values, compiling
 from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
 from posenc.positions.cache import TableCache
+from posenc.validation import check_table, number, positive_int
 
 
 def check_even(value: int, *, name: str, what: str) -> None:
@@ -62,9 +64,7 @@ class SinusoidalPositions(AdditiveScheme):
     def __init__(self, *, dim: int, base: float = 10000.0) -> None:
         super().__init__(dim=dim)
         check_even(dim, name="dim", what="the sinusoidal encoding")
-        if base <= 1:
-            raise ValueError(f"base must be > 1, got {base}")
-        self.base = float(base)
+        self.base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
 
     #: Largest cached table (rows × dim elements): 4 Mi — 16 MiB in float32.
     TABLE_LIMIT: ClassVar[int] = 1 << 22
@@ -78,9 +78,12 @@ class SinusoidalPositions(AdditiveScheme):
         Bit-for-bit ``encode(positions).to(dtype)`` (float64 formula, cast at the
         end), so ``add`` is one gather of T rows and one read-add-write of x.
         Served by ``TableCache`` keyed on (class, dim, base); positions past
-        ``TABLE_LIMIT`` are formed directly.
+        ``TABLE_LIMIT``, and every call under ``torch.compile`` (sizing the table
+        reads a value), are formed directly.
         """
         positions = check_positions(positions).to(device)
+        if compiling():
+            return super().table(positions, dtype=dtype, device=device)
         cache: TableCache = self.__dict__.setdefault("_table_cache", TableCache(limit=self.TABLE_LIMIT))
         rows = cache.rows(positions, key=(type(self).__qualname__, self.dim, self.base), width=self.dim, dtype=dtype,
                           build=lambda p: (super(SinusoidalPositions, self).table(p, dtype=dtype, device=device),))
@@ -108,10 +111,9 @@ class LearnedPositions(AdditiveScheme):
 
     def __init__(self, *, dim: int, max_len: int = 1024, init_std: float = 0.02) -> None:
         super().__init__(dim=dim)
-        if max_len <= 0:
-            raise ValueError(f"max_len must be positive, got {max_len}")
-        self.max_len = max_len
-        self.init_std = init_std
+        self.max_len = positive_int(max_len, "max_len")
+        self.init_std = number(init_std, "init_std", minimum=0)
+        check_table(self.max_len, dim, "position table", option="max_len")
         self.weight = nn.Parameter(torch.empty(max_len, dim))
         nn.init.normal_(self.weight, std=init_std)
 
@@ -123,12 +125,13 @@ class LearnedPositions(AdditiveScheme):
 
     def encode(self, positions: Tensor) -> Tensor:
         positions = check_positions(positions)
-        if positions.numel() and int(positions.max()) >= self.max_len:
-            raise ValueError(
-                f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
-                f"but position {int(positions.max())} was asked for; build it with a larger max_len "
-                "or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
-            )
+        fix = "build it with a larger max_len or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
+        check_values(
+            positions < self.max_len,
+            lambda: f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                    f"but position {int(positions.max())} was asked for; {fix}",
+            compiled_message=f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+                             f"but a larger position was asked for; {fix}")
         return self.weight[positions.to(self.weight.device)]
 
     def max_position(self) -> int | None:
@@ -156,7 +159,7 @@ class NaiveIndexPositions(AdditiveScheme):
 
     def __init__(self, *, dim: int, scale: float = 1.0) -> None:
         super().__init__(dim=dim)
-        self.scale = float(scale)
+        self.scale = number(scale, "scale")
 
     def encode(self, positions: Tensor) -> Tensor:
         return check_positions(positions).double().unsqueeze(-1) * self.scale  # (..., T, 1)
@@ -199,10 +202,8 @@ class ScaledSinusoidalPositions(AdditiveScheme):
     def __init__(self, *, dim: int, base: float = 10000.0, init_scale: float | None = None) -> None:
         super().__init__(dim=dim)
         check_even(dim, name="dim", what="the sinusoidal encoding")
-        if base <= 1:
-            raise ValueError(f"base must be > 1, got {base}")
-        self.base = float(base)
-        self.init_scale = dim**-0.5 if init_scale is None else float(init_scale)
+        self.base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
+        self.init_scale = dim**-0.5 if init_scale is None else number(init_scale, "init_scale")
         self.scale = nn.Parameter(torch.tensor(self.init_scale))
 
     def encode(self, positions: Tensor) -> Tensor:

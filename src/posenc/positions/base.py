@@ -40,6 +40,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from posenc.checks import check_values
+
 Family = Literal["additive", "rotary", "bias", "none"]
 
 
@@ -53,6 +55,9 @@ def check_positions(positions: Tensor, *, name: str = "positions") -> Tensor:
     Raises:
         TypeError: positions is not a tensor or not of an integer dtype.
         ValueError: positions has more than 2 dimensions or a negative entry.
+
+    Under ``torch.compile`` the sign check is an in-graph assertion
+    (``posenc.checks``): no graph break, no host sync.
     """
     if not isinstance(positions, Tensor):
         raise TypeError(f"{name} must be an integer torch.Tensor, got {type(positions).__name__}")
@@ -64,8 +69,8 @@ def check_positions(positions: Tensor, *, name: str = "positions") -> Tensor:
         )
     if positions.dim() not in (1, 2):
         raise ValueError(f"{name} must have shape (T,) or (B, T), got {tuple(positions.shape)}")
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"{name} must be >= 0, got minimum {int(positions.min())}")
+    check_values(positions >= 0, lambda: f"{name} must be >= 0, got minimum {int(positions.min())}",
+                 compiled_message=f"{name} must be >= 0")
     return positions.long()
 
 

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.positions.base import BiasScheme, ModelContext, check_positions
+from posenc.validation import check_table, number, positive_int
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -32,8 +33,7 @@ def alibi_slopes(num_heads: int) -> Tensor:
     ratio. Otherwise, as in the paper's reference code: the slopes for the
     closest power of two below n, then every other slope of the 2× sequence.
     """
-    if num_heads <= 0:
-        raise ValueError(f"num_heads must be positive, got {num_heads}")
+    positive_int(num_heads, "num_heads")
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)
@@ -91,6 +91,8 @@ def t5_bucket(relative_position: Tensor, *, bidirectional: bool, num_buckets: in
     """
     if isinstance(relative_position, Tensor) and relative_position.dtype.is_floating_point:
         raise TypeError(f"relative_position must be an integer tensor, got {relative_position.dtype}")
+    number(num_buckets, "num_buckets", integer=True)
+    number(max_distance, "max_distance", integer=True, fix="give a whole number of positions, e.g. 128")
     if num_buckets < 2 or (bidirectional and num_buckets < 4):
         raise ValueError(f"num_buckets={num_buckets} is too small (need >= 2, or >= 4 when bidirectional)")
     n = relative_position.long()
@@ -135,10 +137,11 @@ class T5RelativeBias(BiasScheme):
     def __init__(self, *, num_heads: int, num_buckets: int = 32, max_distance: int = 128,
                  bidirectional: bool = True, init_std: float = 0.02) -> None:
         super().__init__(num_heads=num_heads)
+        check_table(positive_int(num_buckets, "num_buckets"), num_heads, "bucket table", option="num_buckets")
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bool(bidirectional)
         t5_bucket(torch.zeros(1, dtype=torch.long), bidirectional=self.bidirectional,
                   num_buckets=num_buckets, max_distance=max_distance)  # validate now
-        self.init_std = init_std
+        self.init_std = number(init_std, "init_std", minimum=0)
         self.table = nn.Embedding(num_buckets, num_heads)
         nn.init.normal_(self.table.weight, std=init_std)
 
@@ -187,9 +190,8 @@ class KERPLE(BiasScheme):
 
     def __init__(self, *, num_heads: int, eps: float = 1e-2) -> None:
         super().__init__(num_heads=num_heads)
-        if not eps > 0:
-            raise ValueError(f"eps must be positive, got {eps}")
-        self.eps = float(eps)
+        # r₂ of the power kernel is clamped to [eps, 2]; both kernels start with parameters of order 1
+        self.eps = number(eps, "eps", above=0, maximum=1, fix="a small positive clamp such as 1e-2")
         self.r1 = nn.Parameter(torch.rand(num_heads) * 2)
         self.r2 = nn.Parameter(torch.rand(num_heads) * (1 if self.kernel == "log" else 2))
 

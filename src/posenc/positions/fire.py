@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from posenc.validation import check_table, number, positive_int
 from posenc.positions.base import BiasScheme, check_positions
 from posenc.positions.bias import relative_distance
 
@@ -45,10 +46,10 @@ class FIRE(BiasScheme):
     def __init__(self, *, num_heads: int, mlp_width: int = 32, init_c: float = 0.1, init_L: float = 512.0,
                  eps: float = 1e-6) -> None:
         super().__init__(num_heads=num_heads)
-        if mlp_width <= 0:
-            raise ValueError(f"mlp_width must be positive, got {mlp_width}")
-        if not init_L > 0 or not init_c > 0:
-            raise ValueError(f"init_c and init_L must be positive, got init_c={init_c}, init_L={init_L}")
+        check_table(positive_int(mlp_width, "mlp_width"), num_heads + 3, "FIRE MLP", option="mlp_width")
+        number(init_c, "init_c", above=0)
+        number(init_L, "init_L", above=0)
+        number(eps, "eps", above=0)
         self.mlp_width, self.eps = mlp_width, float(eps)
         self.init_c, self.init_L_value = float(init_c), float(init_L)
         self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, num_heads))

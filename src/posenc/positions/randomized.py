@@ -12,6 +12,8 @@ positions it has already seen.
   scheme's own ``torch.Generator`` (``seed`` option), so runs are
   reproducible and independent of the global RNG.
 * Evaluation: the given positions are used unchanged.
+* Under ``torch.compile`` (training) the draws come from the global RNG
+  instead of the scheme's generator (see ``sample_positions``).
 
 Shape legend: B batch, T sequence length, D width.
 """
@@ -23,6 +25,9 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
+from posenc.checks import check_values, compiling
+from posenc.validation import check_table, number, positive_int
+from posenc.validation import seed as seed_
 from posenc.positions.absolute import check_even, sinusoid_table
 from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
 
@@ -48,13 +53,15 @@ class RandomizedPositions(AdditiveScheme):
     def __init__(self, *, dim: int, max_len: int = 2048, inner: Literal["sinusoidal", "learned"] = "sinusoidal",
                  base: float = 10000.0, seed: int = 0) -> None:
         super().__init__(dim=dim)
-        if max_len <= 0:
-            raise ValueError(f"max_len must be positive, got {max_len}")
+        max_len = positive_int(max_len, "max_len")
+        if inner == "learned":
+            check_table(max_len, dim, "position table", option="max_len")
+        base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
         if inner not in ("sinusoidal", "learned"):
             raise ValueError(f"inner must be 'sinusoidal' or 'learned', got {inner!r}")
         if inner == "sinusoidal":
             check_even(dim, name="dim", what="the sinusoidal encoding")
-        self.max_len, self.inner, self.base, self.seed = max_len, inner, float(base), int(seed)
+        self.max_len, self.inner, self.base, self.seed = max_len, inner, base, seed_(seed, "seed")
         self.generator = torch.Generator().manual_seed(self.seed)
         self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02) if inner == "learned" else None
 
@@ -69,11 +76,20 @@ class RandomizedPositions(AdditiveScheme):
         self.seed = int(seed)
         self.generator.manual_seed(self.seed)
 
-    def sample_positions(self, batch: int, length: int) -> Tensor:
-        """A sorted random subset of ``length`` positions from [0, max_len) per sequence, int64 (B, T)."""
+    def sample_positions(self, batch: int, length: int, *, device: torch.device | None = None) -> Tensor:
+        """A sorted random subset of ``length`` positions from [0, max_len) per sequence, int64 (B, T).
+
+        Under ``torch.compile`` the scheme's own generator cannot enter the
+        graph; the draw is then the first ``length`` entries of a random
+        permutation made by sorting uniform keys from the global RNG (seeded
+        by ``torch.manual_seed``): the same distribution, another stream.
+        """
         if length > self.max_len:
             raise ValueError(
                 f"randomized: a training sequence of {length} tokens needs max_len >= {length}, got {self.max_len}")
+        if compiling():
+            keys = torch.rand(batch, self.max_len, device=device)  # (B, max_len)
+            return keys.argsort(dim=-1)[:, :length].sort(dim=-1).values
         draws = [torch.randperm(self.max_len, generator=self.generator)[:length].sort().values for _ in range(batch)]
         return torch.stack(draws) if draws else torch.zeros(0, length, dtype=torch.long)
 
@@ -81,10 +97,11 @@ class RandomizedPositions(AdditiveScheme):
         positions = check_positions(positions)
         if self.weight is None:
             return sinusoid_table(positions, self.dim, self.base)
-        if positions.numel() and int(positions.max()) >= self.max_len:
-            raise ValueError(
-                f"randomized (learned): the table has {self.max_len} rows but position {int(positions.max())} "
-                "was asked for; raise max_len")
+        check_values(positions < self.max_len,
+                     lambda: f"randomized (learned): the table has {self.max_len} rows but position "
+                             f"{int(positions.max())} was asked for; raise max_len",
+                     compiled_message=f"randomized (learned): the table has {self.max_len} rows but a larger "
+                                      "position was asked for; raise max_len")
         return self.weight[positions.to(self.weight.device)]
 
     def add(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -92,7 +109,7 @@ class RandomizedPositions(AdditiveScheme):
             positions = check_positions(positions)  # only its length counts while training
             if positions.shape[-1] != x.shape[-2]:
                 raise ValueError(f"randomized: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
-            positions = self.sample_positions(x.shape[0], x.shape[-2]).to(x.device)
+            positions = self.sample_positions(x.shape[0], x.shape[-2], device=x.device).to(x.device)
         return super().add(x, positions)
 
     def max_position(self) -> int | None:

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.positions.base import BiasScheme, ModelContext, check_positions
+from posenc.validation import check_table, number, positive_int
 from posenc.positions.bias import relative_distance
 
 
@@ -53,11 +54,11 @@ class ShawRelative(BiasScheme):
 
     def __init__(self, *, num_heads: int, head_dim: int, max_distance: int = 16, init_std: float = 0.02) -> None:
         super().__init__(num_heads=num_heads)
-        if head_dim <= 0:
-            raise ValueError(f"head_dim must be positive, got {head_dim}")
-        if max_distance < 0:
-            raise ValueError(f"max_distance must be >= 0, got {max_distance}")
-        self.head_dim, self.max_distance, self.init_std = head_dim, max_distance, init_std
+        head_dim = positive_int(head_dim, "head_dim")
+        max_distance = number(max_distance, "max_distance", minimum=0, integer=True)
+        check_table(2 * max_distance + 1, head_dim, "relative-distance table", option="max_distance")
+        self.head_dim, self.max_distance = head_dim, max_distance
+        self.init_std = number(init_std, "init_std", minimum=0)
         self.table = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))  # (K, Dh): rows −k … k
         nn.init.normal_(self.table, std=init_std)
 

@@ -24,6 +24,8 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor
 
+from posenc.checks import compiling
+from posenc.validation import number, positive_int
 from posenc.positions.absolute import check_even
 from posenc.positions import rotary_kernel
 from posenc.positions.base import RotaryScheme, check_positions
@@ -46,8 +48,9 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
     multiply for the interleaved pairing, cache-blocked ops for the half
     pairing); uses ``apply_rotary_reference`` for tiny inputs (fewer than
     ``SMALL_NUMEL`` elements, e.g. one decoding step, where per-op overhead
-    dominates), when cos/sin need gradients, or when they do not broadcast
-    against x without enlarging it.
+    dominates), when cos/sin need gradients, when they do not broadcast
+    against x without enlarging it, and under ``torch.compile`` (which fuses
+    the textbook form into one pass of its own).
 
     Args:
         x: (..., T, Dh) queries or keys.
@@ -59,6 +62,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
     """
     if pairing not in PAIRINGS:
         raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if compiling():  # the compiler fuses the textbook form into one pass; the eager kernel is opaque to it
+        return apply_rotary_reference(x, cos, sin, pairing=pairing)
     if x.numel() < rotary_kernel.SMALL_NUMEL:  # a few tokens (decoding): fewest Python-level ops wins
         return apply_rotary_reference(x, cos, sin, pairing=pairing)
     pairs = cos.shape[-1]
@@ -130,17 +135,16 @@ class RoPE(RotaryScheme):
         rotary_dim: int | None = None,
     ) -> None:
         super().__init__()
-        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        head_dim = positive_int(head_dim, "head_dim")
+        rotary_dim = head_dim if rotary_dim is None else number(rotary_dim, "rotary_dim", integer=True)
         check_even(rotary_dim, name="rotary_dim", what="RoPE")
         if rotary_dim > head_dim:
             raise ValueError(f"rotary_dim={rotary_dim} cannot exceed head_dim={head_dim}")
         if pairing not in PAIRINGS:
             raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
-        if base <= 1:
-            raise ValueError(f"base must be > 1, got {base}")
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
-        self.base = float(base)
+        self.base = number(base, "base", above=1, fix="the RoPE base is usually 10000 (Llama 3: 500000)")
         self.pairing: Pairing = pairing
 
     # -- frequency transform: the one thing scaled variants change ---------
@@ -173,13 +177,14 @@ class RoPE(RotaryScheme):
         bit-for-bit those of the direct formula. The cache (``TableCache``) is
         keyed on the class and ``options()``, which must therefore name
         everything the frequencies depend on. Positions past ``TABLE_LIMIT``
-        rows·pairs, and subclasses that override ``angles``, are computed directly.
+        rows·pairs, subclasses that override ``angles``, and every call under
+        ``torch.compile`` (sizing the table reads a value) are computed directly.
         """
         return self._cos_sin(check_positions(positions), dtype)
 
     def _cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """``cos_sin`` for positions already checked (``rotate_one`` checks them once)."""
-        if type(self).angles is not RoPE.angles:
+        if type(self).angles is not RoPE.angles or compiling():
             return self._cos_sin_direct(positions, dtype)
         cache: TableCache = self.__dict__.setdefault("_cos_sin_cache", TableCache(limit=self.TABLE_LIMIT))
         rows = cache.rows(positions, key=(type(self).__qualname__, repr(self.options())), width=self.rotary_dim // 2,

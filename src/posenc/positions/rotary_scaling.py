@@ -48,6 +48,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from posenc.validation import number, positive_int
 from posenc.positions.base import check_positions
 from posenc.positions.rotary import Pairing, RoPE, rope_frequencies
 
@@ -55,15 +56,11 @@ FrequencyTransform = Callable[..., tuple[Tensor, float]]
 
 
 def _check_factor(factor: float, *, name: str = "factor") -> float:
-    if not factor > 0 or not math.isfinite(factor):
-        raise ValueError(f"{name} must be a positive finite number, got {factor}")
-    return float(factor)
+    return number(factor, name, above=0)
 
 
 def _check_length(value: int, *, name: str) -> int:
-    if int(value) != value or value <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value}")
-    return int(value)
+    return positive_int(value, name)
 
 
 # -- the transforms (one signature, HF-style) --------------------------------------
@@ -162,6 +159,8 @@ def llama3_frequencies(
     between, a smooth mix with weight s = (L₀/λ − low_freq_factor)/(high_freq_factor − low_freq_factor).
     """
     factor, original = _check_factor(factor), _check_length(original_max_len, name="original_max_len")
+    number(low_freq_factor, "low_freq_factor")
+    number(high_freq_factor, "high_freq_factor")
     if not high_freq_factor > low_freq_factor > 0:
         raise ValueError(
             f"need high_freq_factor > low_freq_factor > 0, got high_freq_factor={high_freq_factor}, "
@@ -188,7 +187,7 @@ def longrope_frequencies(
     for name, values in (("short_factor", short_factor), ("long_factor", long_factor)):
         if len(values) != pairs:
             raise ValueError(f"{name} has {len(values)} entries; rotary_dim={rotary_dim} needs one per pair: {pairs}")
-        if any(not v > 0 for v in values):
+        if any(not (v > 0 and math.isfinite(v)) for v in values):
             raise ValueError(f"{name} entries must be positive, got {list(values)}")
     if attention_factor is None:
         attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
@@ -388,12 +387,16 @@ class YaRNRoPE(ScaledRoPE):
         super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim)
         self.factor = _check_factor(factor)
         self.original_max_len = _check_length(original_max_len, name="original_max_len")
+        number(beta_fast, "beta_fast")
+        number(beta_slow, "beta_slow")
         if not beta_fast > beta_slow > 0:
             raise ValueError(f"need beta_fast > beta_slow > 0, got beta_fast={beta_fast}, beta_slow={beta_slow}")
         self.beta_fast, self.beta_slow = float(beta_fast), float(beta_slow)
         self.attention_factor_option = None if attention_factor is None else _check_factor(
             attention_factor, name="attention_factor")
-        self.mscale, self.mscale_all_dim, self.truncate = mscale, mscale_all_dim, bool(truncate)
+        self.mscale = None if mscale is None else number(mscale, "mscale")
+        self.mscale_all_dim = None if mscale_all_dim is None else number(mscale_all_dim, "mscale_all_dim")
+        self.truncate = bool(truncate)
 
     def scaling_params(self) -> dict[str, Any]:
         return {"factor": self.factor, "original_max_len": self.original_max_len, "beta_fast": self.beta_fast,

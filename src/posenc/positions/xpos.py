@@ -28,6 +28,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from posenc.checks import check_values
+from posenc.validation import number, positive_int
 from posenc.positions.base import check_positions
 from posenc.positions.rotary import Pairing, RoPE, apply_rotary
 
@@ -50,11 +52,8 @@ class XPos(RoPE):
     def __init__(self, *, head_dim: int, base: float = 10000.0, pairing: Pairing = "interleaved",
                  rotary_dim: int | None = None, scale_base: float = 512.0, gamma: float = 0.4) -> None:
         super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim)
-        if not scale_base > 0:
-            raise ValueError(f"scale_base must be positive, got {scale_base}")
-        if not gamma > 0:
-            raise ValueError(f"gamma must be positive (ζ_0 = gamma/(1+gamma) must be > 0), got {gamma}")
-        self.scale_base, self.gamma = float(scale_base), float(gamma)
+        self.scale_base = number(scale_base, "scale_base", above=0)
+        self.gamma = number(gamma, "gamma", above=0, fix="ζ_0 = gamma/(1+gamma) must be in (0, 1); the paper uses 0.4")
 
     def zeta(self) -> Tensor:
         """ζ_i = (2i/R + gamma)/(1 + gamma), float64 (P,)."""
@@ -70,15 +69,19 @@ class XPos(RoPE):
         """Largest position whose query and key scales are both normal numbers in ``dtype``."""
         info = torch.finfo(dtype)
         headroom = min(math.log(info.max), -math.log(info.tiny))
-        return int(headroom * self.scale_base / -math.log(float(self.zeta()[0])))
+        zeta0 = self.gamma / (1 + self.gamma)  # ζ_0, the fastest decay; plain float: no tensor read
+        return int(headroom * self.scale_base / -math.log(zeta0))
 
     def _scaled_rotation(self, x: Tensor, positions: Tensor, sign: float) -> Tensor:
         positions = self.check_input(x, positions)
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        if positions.numel() and int(positions.max()) > (limit := self.max_position_for(dtype)):
-            raise ValueError(
-                f"xpos: position {int(positions.max())} is beyond {limit}, where ζ^(±p/{self.scale_base:g}) leaves "
-                f"the {dtype} range; use a larger scale_base, float64 activations, or a scheme without decay (rope)")
+        limit = self.max_position_for(dtype)
+        fix = "use a larger scale_base, float64 activations, or a scheme without decay (rope)"
+        check_values(positions <= limit,
+                     lambda: f"xpos: position {int(positions.max())} is beyond {limit}, where "
+                             f"ζ^(±p/{self.scale_base:g}) leaves the {dtype} range; {fix}",
+                     compiled_message=f"xpos: a position is beyond {limit}, where ζ^(±p/{self.scale_base:g}) "
+                                      f"leaves the {dtype} range; {fix}")
         positions = positions.to(x.device)
         theta = self.angles(positions)
         scale = (sign * self.log_scale(positions)).exp()  # (..., T, P)

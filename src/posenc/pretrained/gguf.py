@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posenc.inspect.safeload import CheckpointError
+from posenc.inspect.safeload import Checkpoint, CheckpointError, TensorEntry
 from posenc.positions.rotary import convert_qk_weight
 
 #: Architectures (``general.architecture``) read by :func:`read_gguf`.
@@ -70,6 +70,8 @@ LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
+#: Values dequantised per call (a large table is decoded in row chunks of about this size).
+DEQUANT_CHUNK = 1 << 20
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 _INSTALL = "pip install gguf"
 
@@ -284,19 +286,22 @@ def dequantize(t, path: Path) -> np.ndarray:
         raise GGUFError(f"{path}: tensor {t.name!r} is stored as {kind}, which posenc does not dequantise; "
                         f"supported: {', '.join(SUPPORTED_TYPES)}. Use a file quantised to one of those "
                         "(e.g. Q8_0 or Q4_K_M)")
+    shape = tensor_shape(t)
     if kind == "F32":
-        out = np.array(t.data, dtype=np.float32)  # copy out of the memory map
-    else:
-        out = _gguf().quants.dequantize(t.data, t.tensor_type).astype(np.float32, copy=False)
-    return out.reshape(tensor_shape(t))
+        return np.array(t.data, dtype=np.float32).reshape(shape)  # a copy out of the memory map
+    data = t.data.reshape(shape[0], -1) if len(shape) > 1 else t.data.reshape(1, -1)  # whole blocks per row
+    out = np.empty((data.shape[0], shape[-1]), dtype=np.float32)
+    step = max(1, DEQUANT_CHUNK // shape[-1])
+    for i in range(0, data.shape[0], step):  # row chunks: the dequantiser's temporaries stay small
+        out[i : i + step] = _gguf().quants.dequantize(data[i : i + step], t.tensor_type)
+    return out.reshape(shape)
 
 
-def iter_tensors(reader, path: Path, config: dict[str, Any], *, keep_interleaved: bool = False,
-                 dtype: torch.dtype = torch.float32) -> Iterator[tuple[str, str, Tensor]]:
-    """(HF name, GGML type, tensor) for each tensor of the file, dequantised one at a time.
+def index_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """HF name → reader tensor, after checking every name and shape against ``config`` (nothing is read).
 
-    Shapes are checked against ``config`` before anything is dequantised.
-    q/k rows are un-permuted to the half pairing unless ``keep_interleaved``.
+    Raises:
+        GGUFError: a tensor outside the llama layout, a shape the metadata contradicts, or missing tensors.
     """
     want = expected_shapes(config)
     found: dict[str, Any] = {}
@@ -319,15 +324,29 @@ def iter_tensors(reader, path: Path, config: dict[str, Any], *, keep_interleaved
     if missing:
         raise GGUFError(f"{path}: {len(missing)} tensor(s) missing, e.g. {missing[:3]} (GGUF names: "
                         f"{[_gguf_name(n) for n in missing[:3]]}); the file is incomplete. Download it again")
+    return found
+
+
+def load_tensor(t, name: str, config: dict[str, Any], path: Path, *, keep_interleaved: bool = False) -> Tensor:
+    """One tensor dequantised to float32 in HF layout; q/k rows un-permuted unless ``keep_interleaved``."""
+    w = torch.from_numpy(dequantize(t, path))
     heads = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
-    for name, t in found.items():
-        w = torch.from_numpy(dequantize(t, path))
-        proj = name.split(".")[-2]
-        if proj in heads and not keep_interleaved:
-            # llama.cpp stored each head's rows as (d/2, 2) pairs; HF stores them as (2, d/2) halves
-            w = convert_qk_weight(w, num_heads=heads[proj], head_dim=config["head_dim"],
-                                  source="interleaved", target="half")
-        yield name, type_name(t), w.to(dtype)
+    proj = name.split(".")[-2]
+    if proj in heads and not keep_interleaved:
+        # llama.cpp stored each head's rows as (d/2, 2) pairs; HF stores them as (2, d/2) halves
+        w = convert_qk_weight(w, num_heads=heads[proj], head_dim=config["head_dim"],
+                              source="interleaved", target="half")
+    return w
+
+
+def iter_tensors(reader, path: Path, config: dict[str, Any], *, keep_interleaved: bool = False,
+                 dtype: torch.dtype = torch.float32) -> Iterator[tuple[str, str, Tensor]]:
+    """(HF name, GGML type, tensor) for each tensor of the file, dequantised one at a time.
+
+    Names and shapes are checked against ``config`` before anything is dequantised.
+    """
+    for name, t in index_tensors(reader, path, config).items():
+        yield name, type_name(t), load_tensor(t, name, config, path, keep_interleaved=keep_interleaved).to(dtype)
 
 
 def _gguf_name(name: str) -> str:
@@ -379,3 +398,40 @@ def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
         add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)), tensor_types=types,
         metadata={k: v for k, v in meta.items() if not isinstance(v, list)},
     )
+
+
+# -- `posenc inspect` -----------------------------------------------------------------------------------------------
+@dataclass
+class GGUFInspectCheckpoint(Checkpoint):
+    """A GGUF file seen through ``posenc inspect``'s :class:`Checkpoint`: tensors dequantised on demand.
+
+    ``entries`` carry HF names, HF shapes and the GGML type as ``dtype``; reading
+    the token table dequantises that one tensor only.
+    """
+
+    reader_tensors: dict[str, Any] = field(default_factory=dict)
+
+    def tensor(self, name: str) -> Tensor:
+        self._check_name(name)
+        return load_tensor(self.reader_tensors[name], name, self.config, Path(self.source))
+
+
+def inspect_checkpoint_of(path: str | Path) -> Checkpoint:
+    """The :class:`Checkpoint` ``posenc inspect`` measures for a GGUF file: HF names, config and vocabulary."""
+    path = Path(path)
+    reader = open_gguf(path)
+    meta = read_metadata(reader)
+    config = config_from_metadata(meta, path)
+    found = index_tensors(reader, path, config)
+    config["tie_word_embeddings"] = "lm_head.weight" not in found
+    entries = {name: TensorEntry(name, path, type_name(t), tensor_shape(t), (int(t.data_offset),
+                                                                            int(t.data_offset + t.n_bytes)))
+               for name, t in found.items()}
+    tokens = meta.get("tokenizer.ggml.tokens")
+    ckpt = GGUFInspectCheckpoint(source=str(path), entries=entries, config=config,
+                                 vocab=list(tokens) if tokens is not None else None,
+                                 vocab_source=f"{path} (tokenizer.ggml.tokens)" if tokens is not None else None,
+                                 reader_tensors=found)
+    ckpt.notes.append(f"GGUF file: config from its metadata; tensors dequantised from "
+                      f"{', '.join(sorted(set(e.dtype for e in entries.values())))} when measured")
+    return ckpt

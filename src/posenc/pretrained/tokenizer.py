@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tokenizers import Tokenizer as HFTokenizer
+if TYPE_CHECKING:  # the tokenizers package is needed only when a tokenizer is loaded
+    from tokenizers import Tokenizer as HFTokenizer
 
 
 class Tokenizer:
@@ -60,8 +61,11 @@ class Tokenizer:
         """
         if not self.chat_template:
             raise ValueError("this model's tokenizer has no chat template; drop --chat and give the raw prompt")
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        try:
+            import jinja2
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError:
+            raise ValueError("chat templates need the 'jinja2' package: pip install 'posenc[models]'") from None
 
         def raise_exception(message: str) -> None:
             raise ValueError(f"chat template: {message}")
@@ -97,6 +101,10 @@ def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | No
     path = folder / "tokenizer.json"
     if not path.is_file():
         return None
+    try:
+        from tokenizers import Tokenizer as HFTokenizer
+    except ImportError:
+        raise ValueError(f"{path}: reading it needs the 'tokenizers' package: pip install 'posenc[models]'") from None
     try:
         tok = HFTokenizer.from_file(str(path))
     except Exception as err:  # the tokenizers package raises a bare Exception on a malformed file

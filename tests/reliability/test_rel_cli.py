@@ -1,0 +1,156 @@
+"""Issue 14, items 5–9 on the command line: exit 2 for usage errors, 1 for runtime failures, one line,
+no traceback (unless --debug), outputs checked before the work, strict JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_refused, posenc
+
+TINY = ("train", "--quick", "--steps", "2", "--eval-examples", "2", "--dim", "8", "--heads", "2", "--layers", "1",
+        "--quiet")
+
+
+@pytest.mark.parametrize("flag, value", [
+    ("--lr", "inf"), ("--lr", "nan"), ("--lr", "-1"), ("--eval-examples", "0"), ("--batch-size", "-1"),
+    ("--threads", "-1"), ("--dropout", "nan"), ("--seed", str(2**64)), ("--seed", "abc"), ("--layers", "-1"),
+    ("--test-max", "0"), ("--steps", "0"), ("--checkpoint-every", "-2"),
+])
+def test_train_options_are_usage_errors(flag, value):
+    result = posenc(*TINY, flag, value)
+    assert result.code == 2 and f"argument {flag}" in result.err and "Traceback" not in result.err
+
+
+@pytest.mark.parametrize("flag, value, fragments", [
+    ("--batch-size", "10000000", ("one training step", "GiB", "lower --batch-size")),
+    ("--eval-examples", "10000000", ("the evaluation set", "GiB", "lower --eval-examples")),
+])
+def test_sizes_beyond_the_memory_budget_are_refused_before_any_work(flag, value, fragments, monkeypatch):
+    monkeypatch.setenv("POSENC_MEMORY_BUDGET", str(4 << 30))
+    assert_refused(posenc(*TINY, flag, value), *fragments, "memory budget of 4 GiB")
+
+
+def test_a_huge_training_length_is_refused_before_any_work(monkeypatch):
+    monkeypatch.setenv("POSENC_MEMORY_BUDGET", str(4 << 30))
+    assert_refused(posenc(*TINY, "--train-max", "1000000", "--test-max", "2000000"), "one training step")
+
+
+@pytest.mark.parametrize("flag, where", [("--json", "file/out.json"), ("--json", "dir"),
+                                         ("--checkpoint-dir", "file"), ("--checkpoint-dir", "file/run")])
+def test_output_paths_are_checked_before_training(tmp_path, flag, where):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    result = posenc(*TINY, flag, str(tmp_path / where))
+    assert_refused(result, str(tmp_path / where))
+    assert "accuracy" not in result.out  # nothing was trained
+
+
+def test_a_step_directory_as_checkpoint_dir_is_refused_with_the_fix(tmp_path):
+    run = tmp_path / "run"
+    assert posenc(*TINY, "--checkpoint-dir", str(run)).code == 0
+    assert_refused(posenc(*TINY, "--checkpoint-dir", str(run / "step-00000002"), "--resume"),
+                   "is a step directory", f"give the run directory that holds it and 'latest': {run}")
+
+
+def test_resume_with_another_task_is_refused(tmp_path):
+    run = tmp_path / "run"
+    assert posenc(*TINY, "--checkpoint-dir", str(run)).code == 0
+    assert_refused(posenc(*TINY, "--task", "reverse", "--checkpoint-dir", str(run), "--resume"),
+                   "saved by a different run", "reverse")
+
+
+def test_a_diverging_run_is_a_runtime_failure_with_the_step():
+    result = posenc(*TINY, "--lr", "1e30", "--steps", "3")
+    assert_refused(result, "at step", "lower the learning rate", code=1)
+
+
+def test_json_output_is_strict(tmp_path):
+    result = posenc(*TINY, "--json", "-")
+    assert result.code == 0, result.err
+    payload = result.out[result.out.index("{"):]
+
+    def refuse(token):
+        raise ValueError(token)
+    data = json.loads(payload, parse_constant=refuse)
+    assert data["steps"] == 2
+    assert posenc(*TINY, "--json", str(tmp_path / "out.json")).code == 0
+    json.loads((tmp_path / "out.json").read_text(), parse_constant=refuse)
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (("lengthgen", "--scheme", ",", "--quick", "--out", "-"), "--scheme=',' has an empty item"),
+    (("lengthgen", "--seeds", "", "--quick", "--out", "-"), "--seeds is empty"),
+    (("lengthgen", "--seeds", "0,0", "--quick", "--out", "-"), "repeats ['0']"),
+    (("lengthgen", "--scheme", "rope,rope", "--quick", "--out", "-"), "repeats ['rope']"),
+    (("lengthgen", "--scheme", "nope,none", "--quick", "--out", "-"), "repeats ['none']"),
+    (("lengthgen", "--seeds", "abc", "--quick", "--out", "-"), "'abc' is not a valid value"),
+    (("bench", "--suites", ""), "--suites is empty"),
+    (("lab", "--only", ",", "--out", "-"), "--only=',' has an empty item"),
+])
+def test_empty_and_duplicate_lists_are_refused(argv, fragment):
+    assert_refused(posenc(*argv), fragment)
+
+
+def test_debug_shows_the_traceback():
+    with pytest.raises(ValueError, match="--only"):
+        posenc("--debug", "lab", "--only", ",", "--out", "-")
+
+
+def _with_command(monkeypatch, name, func):
+    """Make ``posenc NAME`` call ``func``."""
+    from posenc import cli
+
+    real = cli.build_parser
+
+    def patched():
+        parser = real()
+        parser._subparsers._group_actions[0].choices[name].set_defaults(func=func)
+        return parser
+    monkeypatch.setattr(cli, "build_parser", patched)
+
+
+def test_an_unexpected_error_is_one_line_and_exit_1(monkeypatch):
+    def boom(args):
+        raise RuntimeError("something inside broke\nsecond line")
+    _with_command(monkeypatch, "schemes", boom)
+    result = posenc("schemes")
+    assert_refused(result, "unexpected RuntimeError: something inside broke", "--debug", code=1)
+    assert "second line" not in result.err
+
+
+class _ClosedPipe:
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def fileno(self):
+        raise OSError("no descriptor")
+
+
+def test_a_closed_pipe_ends_quietly_in_process(monkeypatch, capsys):
+    from posenc.cli import main
+
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    code = main(["schemes"])
+    assert code == 1 and capsys.readouterr().err == ""
+
+
+@pytest.mark.timeout(120)
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """``posenc inspect … --json | head -c 10`` (~250 kB of JSON, more than a pipe holds): no traceback."""
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"transformer.wte.weight": torch.randn(3000, 8), "transformer.wpe.weight": torch.randn(1000, 8)},
+              str(tmp_path / "model.safetensors"))
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(f"{sys.executable} -m posenc.cli inspect {tmp_path} --json - | head -c 10", shell=True,
+                          capture_output=True, text=True, env=env, timeout=110)
+    assert len(proc.stdout) == 10 and proc.stderr == "", proc.stderr

@@ -1,0 +1,176 @@
+"""``posenc extend``: what each RoPE scaling method does to a pretrained model past its trained length.
+
+For a checkpoint (HF folder or .gguf, loaded into posenc's own Llama modules)
+and each method × factor, without fine-tuning: perplexity by position over
+one long causal pass per document, and passkey retrieval by prompt length.
+Cells are saved as they finish; the same command again resumes.
+
+    posenc extend SmolLM2-135M-Instruct.Q4_1.gguf --text bible --text licenses --factors 2 --out runs/extend
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+DEFAULT_OUT = "runs/extend"
+QUICK_L0 = 256
+
+
+def _csv(kind: type, flag: str):
+    def parse(text: str) -> list[Any]:
+        try:
+            values = [kind(t) for t in text.split(",") if t.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} takes comma-separated {kind.__name__}s, got {text!r}") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{flag} is empty")
+        return values
+    return parse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from posenc.cli_options import add_device, add_dtype, add_json, add_out, add_quiet, add_seed, add_threads
+    from posenc.extend.methods import METHODS
+
+    p = sub.add_parser("extend", help="context extension on a real model: loss by position and passkey per RoPE scaling",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", metavar="MODEL", help="HF model folder (config.json + safetensors + tokenizer.json) or .gguf")
+    p.add_argument("--text", action="append", metavar="FILE|bible|licenses",
+                   help="long document for loss by position (repeatable; default: bible and licenses). bible = "
+                        "World English Bible (Debian sword-text-web), licenses = /usr/share/common-licenses texts")
+    p.add_argument("--methods", type=_csv(str, "--methods"), default=list(METHODS),
+                   help=f"comma-separated methods (default all: {','.join(METHODS)})")
+    p.add_argument("--factors", type=_csv(float, "--factors"), default=[2.0],
+                   help="extension factors for the scaled methods (default 2)")
+    p.add_argument("--lengths", type=_csv(int, "--lengths"), default=None,
+                   help="passkey prompt lengths in tokens (default L0/2, L0, and max-factor·L0)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="tokens in each loss pass, the longest position measured (default max-factor·L0); 0 skips "
+                        "the loss part")
+    p.add_argument("--passkey-trials", type=int, default=5, metavar="N",
+                   help="passkey trials per length and method; 0 skips passkey (default 5)")
+    p.add_argument("--original-max-len", type=int, default=None, metavar="L0",
+                   help="trained context L0 given to the schemes (default: the model's max_position_embeddings)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"smoke run: L0={QUICK_L0} unless given, 2·L0-token loss pass on the first text, "
+                        "passkey at L0/2 and 2·L0 with 2 trials")
+    p.add_argument("--report-only", action="store_true", help="rewrite the report from the cells in --out")
+    add_out(p, default=DEFAULT_OUT)
+    add_json(p, help="also write the summary as JSON to FILE ('-': print it on stdout)")
+    add_seed(p, help="seeds the passkey keys and depths")
+    add_threads(p, help="torch intra-op threads (default: torch's choice; the recorded run used 1)")
+    add_device(p)
+    add_dtype(p)
+    add_quiet(p)
+    p.set_defaults(func=run)
+
+
+def machine_note(threads: int) -> dict[str, Any]:
+    import torch
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch_threads": threads,
+            "torch": torch.__version__, "python": platform.python_version(),
+            "load_average_at_start": None if load is None else [round(x, 2) for x in load]}
+
+
+def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
+    from posenc.extend.grid import GridConfig
+    from posenc.extend.methods import check_methods
+
+    l0 = args.original_max_len or (QUICK_L0 if args.quick else declared_l0)
+    if not l0 or l0 < 2:
+        raise ValueError(f"the model declares no trained context (got {declared_l0}); pass --original-max-len L0")
+    factors = [float(f) for f in args.factors]
+    if any(not f > 0 for f in factors):
+        raise ValueError(f"--factors must be positive, got {factors}")
+    top = max(factors)
+    texts = tuple(args.text or ("bible", "licenses"))
+    if args.quick:
+        max_tokens = 2 * l0 if args.max_tokens is None else args.max_tokens
+        lengths = args.lengths or [l0 // 2, 2 * l0]
+        trials = min(args.passkey_trials, 2)
+        texts = texts[:1]
+    else:
+        max_tokens = int(top * l0) if args.max_tokens is None else args.max_tokens
+        lengths = args.lengths or sorted({l0 // 2, l0, int(top * l0)})
+        trials = args.passkey_trials
+    if max_tokens == 0:
+        texts = ()
+    elif max_tokens < 2:
+        raise ValueError(f"--max-tokens must be 0 (no loss part) or at least 2, got {max_tokens}")
+    if trials < 0 or any(n <= 0 for n in lengths):
+        raise ValueError(f"--passkey-trials must be >= 0 and --lengths positive, got {trials} and {lengths}")
+    return GridConfig(methods=tuple(check_methods(args.methods)), factors=tuple(factors), documents=texts,
+                      loss_length=max_tokens, passkey_lengths=tuple(lengths) if trials else (),
+                      passkey_trials=trials, original_max_len=int(l0), seed=args.seed)
+
+
+def _model_id(path: Path) -> str:
+    files = [path] if path.is_file() else sorted(path.glob("*"))
+    return f"{path.resolve()} ({sum(f.stat().st_size for f in files if f.is_file())} bytes)"
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from posenc.cli_options import apply_threads, device_of, dtype_of, json_to_stdout, out_dir, write_json
+    from posenc.extend.cells import CellStore
+    from posenc.extend.grid import Grid, config_dict
+    from posenc.extend.methods import LEFT_OUT, trained_context
+    from posenc.extend.report import summarise, write_report
+
+    out = out_dir(args)
+    apply_threads(args)
+    threads = torch.get_num_threads()
+    meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                            "machine": machine_note(threads)}
+    if args.report_only:
+        if out is None:
+            raise ValueError("--report-only needs --out DIR holding the cells")
+        cells = CellStore(out).all()
+        if not cells:
+            raise FileNotFoundError(f"no finished cells in {out / 'cells'}")
+        paths = write_report(cells, out, {**meta, "note": "report rewritten from saved cells"})
+        print(f"report of {len(cells)} cells: {paths['html']}")
+        return 0
+    path = Path(args.model)
+    if not path.exists():
+        raise FileNotFoundError(f"model {args.model!r} not found: give an HF model folder or a .gguf file")
+    try:
+        from posenc.models.llama import build_llama
+        from posenc.pretrained import load_pretrained
+    except ImportError as err:
+        raise ValueError(f"this posenc build cannot load pretrained checkpoints ({err})") from None
+    began = time.perf_counter()
+    pm = load_pretrained(str(path), dtype=dtype_of(args), device=device_of(args))
+    declared = trained_context(pm.config)
+    cfg = grid_config(args, declared)
+    meta.update({"model": str(path), "declared_context": declared, "grid": config_dict(cfg),
+                 "left_out": LEFT_OUT, "load_seconds": round(time.perf_counter() - began, 1)})
+    stream = sys.stderr if json_to_stdout(args) else sys.stdout  # keep stdout pure JSON under --json -
+    log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=stream))
+    log(f"extend: {len(cfg.variants())} model variants × {len(cfg.documents)} text(s) at {cfg.loss_length} tokens; "
+        f"passkey at {list(cfg.passkey_lengths)} × {cfg.passkey_trials} trials; L0 = {cfg.original_max_len}; "
+        f"writing to {out or 'nowhere (--out -)'}")
+    store = CellStore(out)
+    grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=_model_id(path), builder=build_llama,
+                progress=not args.quiet, log=log)
+    cells = grid.run()
+    meta["wall_seconds_this_invocation"] = round(time.perf_counter() - began, 1)
+    meta["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+    summary = summarise(cells)
+    if out is not None:
+        paths = write_report(cells, out, meta)
+        log(f"report: {paths['html']}")
+    for line in summary["reading"]:
+        log(line)
+    write_json(args, {"meta": meta, "summary": summary})
+    return 0

@@ -1,0 +1,378 @@
+"""The context-extension report: results.json, results.md, PNG plots and an HTML page in the lab's style.
+
+Nothing here measures: it reads finished cells, summarises them (``summarise``)
+and writes them out. The reading (where plain RoPE breaks, which methods stay
+flat past L₀, what each costs in range, agreement with the YaRN paper) is
+computed from the numbers with the thresholds stated next to it.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from posenc.checkpoint import atomic_write_text
+from posenc.extend.passkey import wilson
+from posenc.lab.report import CSS, fmt_number, pyplot
+
+PLAIN = "rope"
+BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket whose perplexity exceeds this × its in-range perplexity
+FLAT_RATIO = 1.25  # a method "stays flat" when its perplexity past L₀ is within this × its own in-range perplexity
+YARN_CLAIM = ("YaRN paper (Peng et al., 2023), without fine-tuning: dynamic scaling and YaRN hold perplexity "
+              "past L₀ far better than position interpolation (PI), and plain RoPE degrades sharply")
+
+
+def label(method: str, factor: float | None) -> str:
+    return method if factor is None else f"{method} ×{factor:g}"
+
+
+def _pooled_ppl(buckets: Sequence[dict[str, Any]], lo: int, hi: int | None = None) -> float | None:
+    """Perplexity over the buckets inside [lo, hi) pooled by tokens: exp(Σ n·ln ppl / Σ n)."""
+    rows = [b for b in buckets if b["start"] >= lo and (hi is None or b["end"] <= hi) and b["tokens"]]
+    n = sum(b["tokens"] for b in rows)
+    return math.exp(sum(b["tokens"] * math.log(b["ppl"]) for b in rows) / n) if n else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a / b
+
+
+def first_break(nll: Sequence[float], in_range_ppl: float, window: int) -> int | None:
+    """Start of the first ``window``-token stretch whose perplexity exceeds BREAK_RATIO × ``in_range_ppl``."""
+    for start in range(0, len(nll) - window + 1, window):
+        if math.exp(sum(nll[start:start + window]) / window) > BREAK_RATIO * in_range_ppl:
+            return start + 1  # entry p is the loss of the token at position p + 1
+    return None
+
+
+def summarise_loss(cells: Sequence[dict[str, Any]], controls: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Per document: one row per (method, factor) with bucket perplexities and the derived ratios.
+
+    ``controls`` (plain RoPE over the last L₀ tokens alone) give, per document, the perplexity of the
+    tokens past L₀ read at in-range positions; with one, "flat past L₀" compares a method with it
+    (same tokens), else with the method's own in-range perplexity (earlier, different text).
+    """
+    docs: dict[str, Any] = {}
+    plain_nll = {c["document"]: c.get("nll") for c in cells if c["method"] == PLAIN}
+    for c in sorted(cells, key=lambda c: (c["document"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
+        l0 = c["original_max_len"]
+        doc = docs.setdefault(c["document"], {"source": c["source"], "length": c["length"], "original_max_len": l0,
+                                              "edges": [b["start"] for b in c["buckets"]] + [c["length"]],
+                                              "rows": []})
+        doc["rows"].append({"method": c["method"], "factor": c["factor"], "label": label(c["method"], c["factor"]),
+                            "buckets": [b["ppl"] for b in c["buckets"]], "in_range_ppl": _pooled_ppl(c["buckets"], 0, l0),
+                            "beyond_ppl": _pooled_ppl(c["buckets"], l0), "seconds": c["seconds"],
+                            "sdpa_causal_path_only": c["sdpa"]["causal_path_only"]})
+    by_doc = {c["document"]: c for c in controls}
+    for name, doc in docs.items():
+        plain = next((r for r in doc["rows"] if r["method"] == PLAIN), None)
+        control = by_doc.get(name)
+        doc["control"] = None if control is None else {
+            "offset": control["offset"], "buckets": [b["ppl"] if b["tokens"] else None for b in control["buckets"]],
+            "beyond_ppl": _pooled_ppl(control["buckets"], doc["original_max_len"])}
+        for r in doc["rows"]:
+            r["in_range_vs_plain"] = _ratio(r["in_range_ppl"], plain and plain["in_range_ppl"])
+            r["beyond_vs_own_in_range"] = _ratio(r["beyond_ppl"], r["in_range_ppl"])
+            r["beyond_vs_control"] = _ratio(r["beyond_ppl"], doc["control"] and doc["control"]["beyond_ppl"])
+            reference = r["beyond_vs_control"] if doc["control"] else r["beyond_vs_own_in_range"]
+            r["flat_past_l0"] = None if reference is None else reference <= FLAT_RATIO
+        doc["plain_breaks_at"] = doc["plain_breaks_window"] = None
+        if plain is not None and plain["in_range_ppl"]:
+            for start, ppl in zip(doc["edges"], plain["buckets"]):
+                if ppl is not None and ppl > BREAK_RATIO * plain["in_range_ppl"]:
+                    doc["plain_breaks_at"] = start
+                    break
+            nll = plain_nll.get(name)
+            if nll:  # finer: the first stretch of L₀/16 tokens above the threshold
+                window = max(1, doc["original_max_len"] // 16)
+                doc["plain_breaks_window"] = {"window": window,
+                                              "at": first_break(nll, plain["in_range_ppl"], window)}
+    return docs
+
+
+def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for c in sorted(cells, key=lambda c: (c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
+        n, k = len(c["trials"]), sum(t["correct"] for t in c["trials"])
+        lo, hi = wilson(k, n)
+        rows.append({"length": c["length"], "method": c["method"], "factor": c["factor"],
+                     "label": label(c["method"], c["factor"]), "correct": k, "trials": n,
+                     "accuracy": k / n if n else None, "wilson_low": lo, "wilson_high": hi,
+                     "prompt_tokens": max((t["prompt_tokens"] for t in c["trials"]), default=None),
+                     "seconds": sum(t["seconds"] for t in c["trials"]),
+                     "original_max_len": c["original_max_len"]})
+    return rows
+
+
+def yarn_agreement(loss: dict[str, Any]) -> dict[str, Any]:
+    """The YaRN paper's qualitative ranking, checked per document and factor on perplexity past L₀."""
+    checks = []
+    for name, doc in loss.items():
+        by = {(r["method"], r["factor"]): r for r in doc["rows"]}
+        plain = by.get((PLAIN, None))
+        for factor in sorted({r["factor"] for r in doc["rows"] if r["factor"] is not None}):
+            pi = by.get(("rope-linear", factor))
+            for other in ("rope-dynamic-ntk", "rope-yarn"):
+                row = by.get((other, factor))
+                if pi and row and pi["beyond_ppl"] and row["beyond_ppl"]:
+                    checks.append({"document": name, "factor": factor,
+                                   "claim": f"{label(other, factor)} beats {label('rope-linear', factor)} past L₀",
+                                   "holds": row["beyond_ppl"] < pi["beyond_ppl"],
+                                   "values": [row["beyond_ppl"], pi["beyond_ppl"]]})
+            if plain and plain["beyond_ppl"]:
+                best = min((r["beyond_ppl"] for r in doc["rows"] if r["factor"] == factor and r["beyond_ppl"]),
+                           default=None)
+                if best is not None:
+                    checks.append({"document": name, "factor": factor,
+                                   "claim": f"plain RoPE past L₀ is ≥ {BREAK_RATIO:g}× the best ×{factor:g} method",
+                                   "holds": plain["beyond_ppl"] >= BREAK_RATIO * best,
+                                   "values": [plain["beyond_ppl"], best]})
+    held = sum(c["holds"] for c in checks)
+    return {"claim": YARN_CLAIM, "checks": checks, "held": held, "total": len(checks),
+            "agrees": bool(checks) and held == len(checks)}
+
+
+def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: dict[str, Any]) -> list[str]:
+    """Plain sentences computed from the summary (every number in them is measured)."""
+    out = []
+    for name, doc in loss.items():
+        l0 = doc["original_max_len"]
+        at = doc["plain_breaks_at"]
+        plain = next((r for r in doc["rows"] if r["method"] == PLAIN), None)
+        if plain:
+            where = (f"breaks from position {at} ({at / l0:.2g}·L₀: first bucket above {BREAK_RATIO:g}× its in-range "
+                     f"perplexity {fmt_number(plain['in_range_ppl'])})" if at is not None
+                     else f"never exceeds {BREAK_RATIO:g}× its in-range perplexity "
+                          f"{fmt_number(plain['in_range_ppl'])} up to {doc['length']} tokens")
+            fine = doc.get("plain_breaks_window") or {}
+            if fine.get("at") is not None:
+                where += (f"; in windows of {fine['window']} tokens, the first above {BREAK_RATIO:g}× starts at "
+                          f"position {fine['at']} ({fine['at'] / l0:.3g}·L₀)")
+            out.append(f"[{name}] plain RoPE {where}; past L₀ = {l0} it averages {fmt_number(plain['beyond_ppl'])}.")
+        flat = [r["label"] for r in doc["rows"] if r["flat_past_l0"]]
+        control = doc.get("control")
+        if control:
+            ratios = ", ".join(f"{r['label']} {fmt_number(r['beyond_vs_control'])}×" for r in doc["rows"])
+            out.append(f"[{name}] the tokens past L₀ read in range (plain RoPE, last L₀ tokens alone) have perplexity "
+                       f"{fmt_number(control['beyond_ppl'])}; past L₀ each method reaches: {ratios} of that.")
+            what = "of that in-range reading of the same tokens"
+        else:
+            what = "of their own in-range perplexity (earlier text: a rough reference)"
+        out.append(f"[{name}] within {FLAT_RATIO:g}× {what} past L₀: " + (", ".join(flat) if flat else "none") + ".")
+        costs = [f"{r['label']} {fmt_number(r['in_range_vs_plain'])}×" for r in doc["rows"]
+                 if r["method"] != PLAIN and r["in_range_vs_plain"] is not None]
+        if costs:
+            out.append(f"[{name}] in-range cost (perplexity over 0–L₀ relative to plain RoPE): " + ", ".join(costs) + ".")
+    if passkey:
+        lines = {}
+        for r in passkey:
+            lines.setdefault(r["label"], []).append(f"{r['length']}: {r['correct']}/{r['trials']}")
+        out.append("Passkey (keys found / trials by prompt length): "
+                   + "; ".join(f"{k} — {', '.join(v)}" for k, v in lines.items()) + ".")
+    if agreement["total"]:
+        verdict = "agrees" if agreement["agrees"] else f"agrees on {agreement['held']} of {agreement['total']} checks"
+        out.append(f"Against the {agreement['claim']}: this run {verdict}.")
+    return out
+
+
+def summarise(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    loss = summarise_loss([c for c in cells if c["kind"] == "loss"], [c for c in cells if c["kind"] == "control"])
+    passkey = summarise_passkey([c for c in cells if c["kind"] == "passkey"])
+    agreement = yarn_agreement(loss)
+    return {"loss": loss, "passkey": passkey, "yarn_paper": agreement,
+            "reading": reading(loss, passkey, agreement), "thresholds": {"break": BREAK_RATIO, "flat": FLAT_RATIO}}
+
+
+# -- figures -----------------------------------------------------------------------------------------
+
+
+def _factors(cells: Sequence[dict[str, Any]]) -> list[float | None]:
+    found = sorted({c["factor"] for c in cells if c["factor"] is not None})
+    return found or [None]
+
+
+def plot_loss(cells: Sequence[dict[str, Any]], out: Path) -> list[str]:
+    """One figure per (document, factor): smoothed perplexity against position for plain RoPE and each method."""
+    plt = pyplot()
+    names = []
+    loss = [c for c in cells if c["kind"] == "loss"]
+    for doc in sorted({c["document"] for c in loss}):
+        mine = [c for c in loss if c["document"] == doc]
+        for factor in _factors(mine):
+            fig, ax = plt.subplots(figsize=(7.2, 3.8))
+            for c in mine:
+                if c["factor"] not in (None, factor):
+                    continue
+                style = {"color": "black", "lw": 1.8} if c["method"] == PLAIN else {"lw": 1.2}
+                ax.plot(c["curve"]["position"], c["curve"]["ppl"], label=label(c["method"], c["factor"]), **style)
+            l0 = mine[0]["original_max_len"]
+            for c in (c for c in cells if c["kind"] == "control" and c["document"] == doc):
+                spans = [b for b in c["buckets"] if b["tokens"] and b["start"] >= l0]
+                for i, b in enumerate(spans):
+                    ax.hlines(b["ppl"], b["start"], b["end"], color="grey", lw=3, alpha=0.6,
+                              label="same tokens read in range (plain)" if i == 0 else None)
+            ax.axvline(l0, color="grey", ls="--", lw=1)
+            ax.text(l0, 1.0, " L₀", transform=ax.get_xaxis_transform(), va="top", color="grey")
+            ax.set_yscale("log")
+            ax.set_xlabel("position (tokens)")
+            ax.set_ylabel(f"perplexity (window of {mine[0]['curve']['window']} tokens)")
+            ax.set_title(f"{doc}: loss by position" + ("" if factor is None else f", factor {factor:g}"))
+            ax.legend(fontsize=7, ncol=2)
+            name = f"loss-{doc}" + ("" if factor is None else f"-x{factor:g}") + ".png"
+            fig.tight_layout()
+            fig.savefig(out / name)
+            plt.close(fig)
+            names.append(name)
+    return names
+
+
+def plot_passkey(rows: Sequence[dict[str, Any]], out: Path) -> list[str]:
+    """Accuracy against prompt length with Wilson 95% intervals, one line per method (one panel per factor)."""
+    if not rows:
+        return []
+    plt = pyplot()
+    factors = sorted({r["factor"] for r in rows if r["factor"] is not None}) or [None]
+    fig, axes = plt.subplots(1, len(factors), figsize=(6.4 * len(factors), 3.6), squeeze=False)
+    for ax, factor in zip(axes[0], factors):
+        for lab in dict.fromkeys(r["label"] for r in rows if r["factor"] in (None, factor)):
+            mine = [r for r in rows if r["label"] == lab]
+            x = [r["length"] for r in mine]
+            y = [r["accuracy"] for r in mine]
+            err = [[r["accuracy"] - r["wilson_low"] for r in mine], [r["wilson_high"] - r["accuracy"] for r in mine]]
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=lab,
+                        **({"color": "black"} if mine[0]["method"] == PLAIN else {}))
+        ax.axvline(rows[0]["original_max_len"], color="grey", ls="--", lw=1)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("prompt length (tokens)")
+        ax.set_ylabel("passkey accuracy")
+        ax.set_title("passkey retrieval" + ("" if factor is None else f", factor {factor:g}"))
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / "passkey.png")
+    plt.close(fig)
+    return ["passkey.png"]
+
+
+# -- text --------------------------------------------------------------------------------------------
+
+
+def _bucket_header(doc: dict[str, Any]) -> list[str]:
+    l0, edges = doc["original_max_len"], doc["edges"]
+    return [f"{a / l0:g}–{b / l0:g}·L₀" for a, b in zip(edges[:-1], edges[1:])]
+
+
+def _meta_lines(meta: dict[str, Any]) -> list[str]:
+    return [f"{k}: {v}" for k, v in meta.items() if not isinstance(v, dict)] + [
+        f"{k}: {json.dumps(v)}" for k, v in meta.items() if isinstance(v, dict)]
+
+
+def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
+    lines = ["# Context extension: loss by position and passkey retrieval", ""]
+    lines += [f"- {line}" for line in _meta_lines(meta)] + ["", "## Reading", ""]
+    lines += [f"- {s}" for s in summary["reading"]] + [""]
+    for name, doc in summary["loss"].items():
+        lines += [f"## Perplexity by position — {name}", "", f"Text: {doc['source']}; {doc['length']} tokens; "
+                  f"L₀ = {doc['original_max_len']}.", ""]
+        head = ["method", *_bucket_header(doc), "0–L₀", "past L₀", "in-range ×plain", "past ×control",
+                "past/in-range", "s"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in doc["rows"]:
+            cells = [r["label"], *(fmt_number(p) for p in r["buckets"]), fmt_number(r["in_range_ppl"]),
+                     fmt_number(r["beyond_ppl"]), fmt_number(r["in_range_vs_plain"]), fmt_number(r["beyond_vs_control"]),
+                     fmt_number(r["beyond_vs_own_in_range"]), f"{r['seconds']:.0f}"]
+            lines.append("| " + " | ".join(cells) + " |")
+        if doc.get("control"):
+            c = doc["control"]
+            lines.append("| control: same tokens in range | " + " | ".join(fmt_number(p) for p in c["buckets"])
+                         + f" | | {fmt_number(c['beyond_ppl'])} | | 1 | | |")
+            lines += ["", f"Control: plain RoPE over tokens {c['offset']}–{doc['length']} alone, so the tokens past "
+                      "L₀ sit at in-range positions (blank buckets: not in that pass)."]
+        lines.append("")
+    if summary["passkey"]:
+        lines += ["## Passkey retrieval", "", "| length | method | found | accuracy | Wilson 95% | s |",
+                  "|---|---|---|---|---|---|"]
+        for r in summary["passkey"]:
+            lines.append(f"| {r['length']} | {r['label']} | {r['correct']}/{r['trials']} | "
+                         f"{fmt_number(r['accuracy'])} | {r['wilson_low']:.2f}–{r['wilson_high']:.2f} | "
+                         f"{r['seconds']:.0f} |")
+        lines.append("")
+    agreement = summary["yarn_paper"]
+    if agreement["checks"]:
+        lines += ["## Against the YaRN paper", "", agreement["claim"] + ".", ""]
+        lines += [f"- [{c['document']}] {c['claim']}: {'yes' if c['holds'] else 'NO'} "
+                  f"({' vs '.join(fmt_number(v) for v in c['values'])})" for c in agreement["checks"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[str]) -> str:
+    esc = html.escape
+    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>posenc extend</title>"
+             f"<style>{CSS}</style></head><body>", "<h1>Context extension without fine-tuning</h1>",
+             "<p class='sub'>loss by position over one long causal pass per method, and passkey retrieval · every "
+             "number was computed in this run; full data in <a href='results.json'>results.json</a></p>",
+             "<p class='meta'>" + "<br>".join(esc(s) for s in _meta_lines(meta)) + "</p>",
+             "<section><h2>Reading</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in summary["reading"]) + "</ul>"]
+    agreement = summary["yarn_paper"]
+    if agreement["checks"]:
+        parts.append(f"<p class='claim'>{esc(agreement['claim'])}.</p><table><tr><th>document</th><th>check</th>"
+                     "<th>holds</th><th>perplexity past L₀</th></tr>")
+        for c in agreement["checks"]:
+            cls = "yes" if c["holds"] else "no"
+            parts.append(f"<tr><td>{esc(c['document'])}</td><td>{esc(c['claim'])}</td><td class='{cls}'>"
+                         f"{'yes' if c['holds'] else 'NO'}</td><td>{esc(' vs '.join(fmt_number(v) for v in c['values']))}"
+                         "</td></tr>")
+        parts.append("</table>")
+    parts.append("</section>")
+    for name, doc in summary["loss"].items():
+        parts.append(f"<section id='loss-{esc(name)}'><h2>Perplexity by position — {esc(name)}</h2>"
+                     f"<p class='meta'>{esc(doc['source'])} · {doc['length']} tokens · L₀ = {doc['original_max_len']}</p>")
+        parts += [f"<img src='{esc(f)}' alt='{esc(f)}'>" for f in figures if f.startswith(f"loss-{name}")]
+        head = ["method", *_bucket_header(doc), "0–L₀", "past L₀", "in-range ×plain", "past ×control",
+                "past / in-range", "seconds"]
+        parts.append("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>")
+        for r in doc["rows"]:
+            values = [*(fmt_number(p) for p in r["buckets"]), fmt_number(r["in_range_ppl"]), fmt_number(r["beyond_ppl"]),
+                      fmt_number(r["in_range_vs_plain"]), fmt_number(r["beyond_vs_control"]),
+                      fmt_number(r["beyond_vs_own_in_range"]), f"{r['seconds']:.0f}"]
+            parts.append(f"<tr><td>{esc(r['label'])}</td>" + "".join(f"<td>{esc(v)}</td>" for v in values) + "</tr>")
+        if doc.get("control"):
+            c = doc["control"]
+            values = [*(fmt_number(p) if p else "" for p in c["buckets"]), "", fmt_number(c["beyond_ppl"]), "", "1", "", ""]
+            parts.append("<tr><td>control: same tokens in range</td>" + "".join(f"<td>{esc(v)}</td>" for v in values)
+                         + "</tr>")
+        parts.append("</table>")
+        if doc.get("control"):
+            parts.append(f"<p class='meta'>Control: plain RoPE over tokens {doc['control']['offset']}–{doc['length']} "
+                         "alone, so the tokens past L₀ sit at in-range positions.</p>")
+        parts.append("</section>")
+    if summary["passkey"]:
+        parts.append("<section id='passkey'><h2>Passkey retrieval</h2>")
+        parts += [f"<img src='{esc(f)}' alt='passkey accuracy'>" for f in figures if f == "passkey.png"]
+        parts.append("<table><tr><th>length</th><th>method</th><th>found</th><th>accuracy</th><th>Wilson 95%</th>"
+                     "<th>seconds</th></tr>")
+        for r in summary["passkey"]:
+            parts.append(f"<tr><td>{r['length']}</td><td>{esc(r['label'])}</td><td>{r['correct']}/{r['trials']}</td>"
+                         f"<td>{esc(fmt_number(r['accuracy']))}</td><td>{r['wilson_low']:.2f}–{r['wilson_high']:.2f}</td>"
+                         f"<td>{r['seconds']:.0f}</td></tr>")
+        parts.append("</table></section>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(cells: Sequence[dict[str, Any]], out: str | Path, meta: dict[str, Any]) -> dict[str, Path]:
+    """Write results.json (summary + cells without per-token losses), results.md, PNGs and index.html."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarise(cells)
+    figures = plot_loss(cells, out) + plot_passkey(summary["passkey"], out)
+    slim = [{k: v for k, v in c.items() if k != "nll"} for c in cells]
+    paths = {"json": out / "results.json", "markdown": out / "results.md", "html": out / "index.html"}
+    atomic_write_text(paths["json"], json.dumps({"meta": meta, "summary": summary, "cells": slim}, indent=1))
+    atomic_write_text(paths["markdown"], markdown(summary, meta))
+    atomic_write_text(paths["html"], html_page(summary, meta, figures))
+    return paths

@@ -1,0 +1,83 @@
+"""``posenc extend`` end to end on a tiny HF Llama folder (random weights, trained byte-level BPE tokenizer)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", minversion="5.0",
+                                   reason="the tiny checkpoint is written with HF transformers, a test-only dependency")
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from posenc.cli import main  # noqa: E402
+from posenc.extend.methods import METHODS, build_variant  # noqa: E402
+from posenc.models.llama import build_llama  # noqa: E402
+from posenc.pretrained import load_pretrained  # noqa: E402
+
+TEXT = "The grass is green. The pass key is 12345. What is the pass key? Licence terms and conditions apply. " * 8
+
+
+@pytest.fixture
+def folder(tmp_path, seed):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([TEXT], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<s>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "<|endoftext|>"}))
+    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=96,
+                         bos_token_id=1, eos_token_id=0)
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "model", safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "model" / name).write_bytes((tmp_path / name).read_bytes())
+    return tmp_path / "model"
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m != "rope"])
+def test_llama_variant_is_checkpoint_plus_scheme(folder, method):
+    pm = load_pretrained(folder)
+    variant = build_variant(pm.model, method, factor=2.0, original_max_len=96, builder=build_llama)
+    assert type(variant) is type(pm.model) and variant.config.position == method
+    assert {k for k, v in vars(pm.config).items() if getattr(variant.config, k) != v} == {"position",
+                                                                                          "position_options"}
+    mine, theirs = pm.model.state_dict(), variant.state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+@pytest.mark.slow
+def test_command_runs_resumes_and_reports(folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["extend", str(folder), "--text", "licenses", "--methods", "rope,rope-yarn", "--factors", "2",
+            "--max-tokens", "192", "--lengths", "250,400", "--passkey-trials", "2", "--out", str(out), "--quiet",
+            "--json", str(tmp_path / "summary.json")]
+    assert main(argv) == 0
+    names = sorted(p.name for p in (out / "cells").glob("*.json"))
+    assert names == ["control-licenses-rope-T192.json", "loss-licenses-rope-T192.json", "loss-licenses-rope-yarn-x2-T192.json",
+                     "passkey-rope-L250.json", "passkey-rope-L400.json",
+                     "passkey-rope-yarn-x2-L250.json", "passkey-rope-yarn-x2-L400.json"]
+    data = json.loads((out / "results.json").read_text())
+    assert data["meta"]["declared_context"] == 96 and data["summary"]["loss"]["licenses"]["original_max_len"] == 96
+    assert all(c["sdpa"]["causal_path_only"] for c in data["cells"] if c["kind"] == "loss")
+    assert (out / "index.html").exists() and (out / "loss-licenses-x2.png").exists()
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+    argv_again = [a for a in argv if a != "--quiet"]
+    assert main(argv_again) == 0
+    assert capsys.readouterr().out.count("done earlier, kept") == 7
+    assert stamps == {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
+
+
+def test_command_usage_errors_exit_2(folder, tmp_path, capsys):
+    assert main(["extend", str(folder), "--methods", "rope-longrope", "--out", "-"]) == 2
+    assert "search" in capsys.readouterr().err
+    assert main(["extend", str(folder), "--max-tokens", "1", "--out", "-"]) == 2
+    assert "--max-tokens" in capsys.readouterr().err
+    assert main(["extend", str(tmp_path / "missing"), "--out", "-"]) == 2
+    assert "not found" in capsys.readouterr().err
+    assert main(["extend", str(folder), "--report-only", "--out", str(tmp_path / "empty")]) == 2
+    assert main(["extend", str(folder), "--lengths", "20", "--out", "-"]) == 2
+    assert "too short" in capsys.readouterr().err

@@ -1,0 +1,79 @@
+"""The report reads cells correctly: where plain RoPE breaks, flatness, in-range cost, the YaRN-paper checks."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from posenc.extend.cells import CellStore
+from posenc.extend.grid import Grid, GridConfig
+from posenc.extend.report import summarise, write_report
+
+
+def _loss_cell(method, factor, ppls, l0=100, doc="d"):
+    edges = [i * l0 // 2 for i in range(len(ppls) + 1)]
+    buckets = [{"start": a, "end": b, "tokens": b - a, "ppl": p} for a, b, p in zip(edges[:-1], edges[1:], ppls)]
+    return {"kind": "loss", "document": doc, "source": "src", "method": method, "factor": factor,
+            "original_max_len": l0, "length": edges[-1], "buckets": buckets, "seconds": 1.0,
+            "sdpa": {"causal_path_only": True}, "curve": {"position": [1, 2], "ppl": [3, 4], "window": 1}}
+
+
+def test_summary_reads_the_numbers(seed):
+    rng = random.Random(seed)
+    base = [rng.uniform(5, 6) for _ in range(2)]  # 1.5 × base[1] stays below 2 × the in-range perplexity
+    cells = [_loss_cell("rope", None, base + [base[1] * 1.5, base[1] * 40]),
+             _loss_cell("rope-linear", 2.0, [base[0] * 1.3, base[1] * 1.3, base[1] * 1.6, base[1] * 1.8]),
+             _loss_cell("rope-yarn", 2.0, [base[0] * 1.01, base[1] * 1.01, base[1] * 1.05, base[1] * 1.1]),
+             _loss_cell("rope-dynamic-ntk", 2.0, base + [base[1] * 1.1, base[1] * 1.2])]
+    s = summarise(cells)
+    doc = s["loss"]["d"]
+    assert doc["plain_breaks_at"] == 150  # the 4th bucket is the first above BREAK_RATIO × in-range
+    rows = {r["label"]: r for r in doc["rows"]}
+    in_range = math.exp((math.log(base[0]) + math.log(base[1])) / 2)
+    assert rows["rope"]["in_range_ppl"] == pytest.approx(in_range)
+    assert rows["rope-linear ×2"]["in_range_vs_plain"] == pytest.approx(1.3)
+    assert rows["rope-dynamic-ntk ×2"]["in_range_vs_plain"] == pytest.approx(1.0)
+    assert rows["rope-yarn ×2"]["flat_past_l0"] and not rows["rope"]["flat_past_l0"]
+    assert s["yarn_paper"]["agrees"] and s["yarn_paper"]["total"] == 3
+    # with a control (the same tokens read in range), "flat" compares with it instead
+    control = {"kind": "control", "document": "d", "offset": 100, "buckets": [
+        {"start": 100, "end": 150, "tokens": 50, "ppl": base[1] * 1.5}, {"start": 150, "end": 200, "tokens": 50,
+                                                                         "ppl": base[1] * 1.5}]}
+    with_control = summarise([*cells, control])["loss"]["d"]
+    rows = {r["label"]: r for r in with_control["rows"]}
+    assert with_control["control"]["beyond_ppl"] == pytest.approx(base[1] * 1.5)
+    assert rows["rope-linear ×2"]["beyond_vs_control"] == pytest.approx(math.sqrt(1.6 * 1.8) / 1.5)
+    assert rows["rope-linear ×2"]["flat_past_l0"] and not rows["rope"]["flat_past_l0"]
+    # give PI YaRN's numbers and YaRN PI's: now neither YaRN nor dynamic NTK beats PI; only plain's check holds
+    pi, yarn = ([b["ppl"] for b in c["buckets"]] for c in cells[1:3])
+    cells[1], cells[2] = _loss_cell("rope-linear", 2.0, yarn), _loss_cell("rope-yarn", 2.0, pi)
+    flipped = summarise(cells)["yarn_paper"]
+    assert not flipped["agrees"] and flipped["held"] == 1
+    assert "plain" in [c for c in flipped["checks"] if c["holds"]][0]["claim"]
+
+
+def test_report_files_from_a_real_grid(tiny_model, tokenizer, tmp_path, l0):
+    cfg = GridConfig(methods=("rope", "rope-linear", "rope-yarn"), factors=(2.0,), documents=("licenses",),
+                     loss_length=2 * l0, passkey_lengths=(300,), passkey_trials=2, original_max_len=l0,
+                     answer_tokens=2)
+    cells = Grid(tiny_model, tokenizer, cfg, CellStore(tmp_path), model_id="tiny", progress=False,
+                 log=lambda _: None).run()
+    paths = write_report(cells, tmp_path, {"command": "test"})
+    data = json.loads(paths["json"].read_text())
+    assert len(data["cells"]) == 7 and all("nll" not in c for c in data["cells"])  # 3 loss + control + 3 passkey
+    assert {p.name for p in tmp_path.glob("*.png")} == {"loss-licenses-x2.png", "passkey.png"}
+    page = paths["html"].read_text()
+    assert "loss-licenses-x2.png" in page and "rope-yarn ×2" in page and "passkey" in page
+    assert "| rope-linear ×2 |" in paths["markdown"].read_text()
+
+
+def test_first_break_window(seed):
+    rng = random.Random(seed)
+    nll = [math.log(rng.uniform(4, 6)) for _ in range(300)] + [math.log(50.0)] * 40
+    from posenc.extend.report import first_break
+
+    assert first_break(nll, 5.0, 20) == 301  # entry 300 is the loss of the token at position 301
+    assert first_break(nll[:300], 5.0, 20) is None

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -49,7 +50,7 @@ class CellStore:
         self._memory[name] = cell
         if self.root is not None:
             self.root.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(self.root / f"{name}.json", json.dumps(cell))
+            atomic_write_text(self.root / f"{name}.json", dumps(cell))
 
     def all(self) -> list[dict[str, Any]]:
         """Every saved cell (from disk when there is a root), sorted by name."""

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
 from posenc.extend.passkey import wilson
 from posenc.lab.report import CSS, fmt_number, pyplot
@@ -372,7 +373,7 @@ def write_report(cells: Sequence[dict[str, Any]], out: str | Path, meta: dict[st
     figures = plot_loss(cells, out) + plot_passkey(summary["passkey"], out)
     slim = [{k: v for k, v in c.items() if k != "nll"} for c in cells]
     paths = {"json": out / "results.json", "markdown": out / "results.md", "html": out / "index.html"}
-    atomic_write_text(paths["json"], json.dumps({"meta": meta, "summary": summary, "cells": slim}, indent=1))
+    atomic_write_text(paths["json"], dumps({"meta": meta, "summary": summary, "cells": slim}, indent=1))
     atomic_write_text(paths["markdown"], markdown(summary, meta))
     atomic_write_text(paths["html"], html_page(summary, meta, figures))
     return paths

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
 from posenc.lengthgen.cell import train_cell
 from posenc.lengthgen.config import DEFAULT, SCHEMES, CellConfig
@@ -121,7 +122,7 @@ def run_grid(
         if info.is_main and root is not None:
             path = cell_file(root, task, scheme, seed)
             path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, json.dumps(cell, indent=1))
+            atomic_write_text(path, dumps(cell, indent=1))
             shutil.rmtree(ckpt, ignore_errors=True)  # type: ignore[arg-type]  # the JSON is the result; the weights are not kept
         gate = f"learned at step {cell['gate']['passed_at']}" if cell["learned"] else \
             f"NOT learned (gate {cell['gate']['accuracy']:.3f} after {cell['steps']} steps)"

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
 from posenc.lengthgen.summary import PAPER_LAGGARDS, PAPER_LEADERS, summarise
 
@@ -173,7 +174,7 @@ def write_report(cells: Sequence[dict[str, Any]], out_dir: str | os.PathLike[str
     meta = {**meta, "cpu_seconds": sum(c.get("cpu_seconds", 0.0) for c in cells), "finished": len(cells)}
     slim = [{k: v for k, v in c.items() if k != "history"} for c in cells]
     paths = {"json": root / "results.json", "markdown": root / "results.md", "plot": root / "accuracy.png"}
-    atomic_write_text(paths["json"], json.dumps({"meta": meta, "summary": summary, "cells": slim}, indent=1))
+    atomic_write_text(paths["json"], dumps({"meta": meta, "summary": summary, "cells": slim}, indent=1))
     atomic_write_text(paths["markdown"], markdown(summary, meta))
     plot(summary, paths["plot"])
     return paths

@@ -8,8 +8,24 @@ from typing import Any, Literal
 from posenc.validation import check_model_config
 
 
+class JSONConfig:
+    """``to_dict`` / ``from_dict`` for a frozen config dataclass: plain data in, the same config out."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Any:
+        """The config saved by ``to_dict``; dicts written before a field existed get its default."""
+        known = set(cls.__dataclass_fields__)  # type: ignore[attr-defined]
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {unknown}; valid: {sorted(known)}")
+        return cls(**data)
+
+
 @dataclass(frozen=True, kw_only=True)
-class ModelConfig:
+class ModelConfig(JSONConfig):
     """Everything needed to build a model; plain data (JSON-serialisable), frozen.
 
     The builders (``posenc.models.builders``) turn it into parts; nothing else
@@ -71,15 +87,3 @@ class ModelConfig:
     def decoder_layers(self) -> int:
         """Decoder layers: ``num_decoder_layers`` or ``num_layers``."""
         return self.num_decoder_layers or self.num_layers
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
-        """The config saved by ``to_dict``; dicts written before a field existed get its default."""
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown ModelConfig field(s) {unknown}; valid: {sorted(known)}")
-        return cls(**data)

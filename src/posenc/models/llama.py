@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -34,12 +34,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
+from posenc.models.config import JSONConfig
 from posenc.embedding import OutputHead, TokenEmbedding, count_parameters
 from posenc.positions import PositionScheme, build, check_positions, default_positions
 
 
 @dataclass(frozen=True, kw_only=True)
-class LlamaConfig:
+class LlamaConfig(JSONConfig):
     """Everything needed to build a Llama-family model; plain data (JSON-serialisable).
 
     Args:
@@ -102,17 +103,6 @@ class LlamaConfig:
     @property
     def attention_head_dim(self) -> int:
         return self.dim // self.num_heads if self.head_dim is None else self.head_dim
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LlamaConfig":
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(f"unknown LlamaConfig field(s) {unknown}; valid: {sorted(known)}")
-        return cls(**data)
 
 
 class RMSNorm(nn.Module):

@@ -22,6 +22,7 @@ from posenc.models.builders import build_decoder_only, build_encoder_decoder
 from posenc.models.config import ModelConfig
 from posenc.models.decoder_only import DecoderOnlyLM
 from posenc.models.encoder_decoder import EncoderDecoder
+from posenc.models.llama import LlamaConfig, LlamaLM, RMSNorm, SwiGLU, build_llama
 from posenc.models.parts import (
     DecoderLayer,
     EncoderLayer,
@@ -40,9 +41,14 @@ __all__ = [
     "FeedForward",
     "InputEmbedding",
     "LayerCache",
+    "LlamaConfig",
+    "LlamaLM",
     "ModelConfig",
+    "RMSNorm",
     "Residual",
+    "SwiGLU",
     "build_decoder_only",
     "build_encoder_decoder",
+    "build_llama",
     "layer_norm",
 ]

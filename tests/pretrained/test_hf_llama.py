@@ -169,7 +169,10 @@ def test_greedy_generation_equals_hf_generate(seed, tmp_path):
     hf = hf_model("llama")
     pm = load_pretrained(save(hf, tmp_path))
     prompt = torch.randint(0, VOCAB, (1, 5))
-    ref = hf.generate(prompt, max_new_tokens=12, do_sample=False, min_new_tokens=12, pad_token_id=0)
+    # No EOS on either side: HF's default generation config names eos id 2, and `min_new_tokens` would mask
+    # that token's logit (posenc's generate without eos_id would still pick it where it is the argmax).
+    hf.generation_config.eos_token_id = None
+    ref = hf.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
     out = pm.model.generate(prompt, 12)
     assert out.tolist() == ref.tolist()
 

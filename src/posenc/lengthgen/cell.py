@@ -156,7 +156,7 @@ def train_cell(
         return {"gate": _mean(hits_by_length(m, gate_set, vocab, config.framing))}
 
     train_config = replace(config.train, seed=seed, progress=progress)
-    extra = {"task": task.describe(), "scheme": scheme, "cell_config": config.to_dict(), "cell_seed": seed}
+    extra = {"task": task.describe(), "scheme": scheme, "cell_config": config.identity(), "cell_seed": seed}
     began, cpu_began = time.perf_counter(), time.process_time()
     result = train(model, loss_sum, batches, train_config, evaluate=gate if info.is_main else None,
                    checkpoint_dir=checkpoint_dir, resume=resume, extra_state=extra,

@@ -64,3 +64,48 @@ def test_rope_cos_sin_follow_option_changes(name, gen):
     after = rope.cos_sin(pos)[0]
     assert not torch.equal(before, after)
     torch.testing.assert_close(after, rope._cos_sin_direct(pos, torch.float32)[0], rtol=0, atol=0)
+
+
+def _rotate_reference(scheme, x, positions):
+    """The rotation from freshly formed cos/sin (no cache involved): float64 angles, cast at the end."""
+    from posenc.positions.rotary import apply_rotary_reference
+
+    theta = positions.double()[:, None] * scheme.inv_freq()
+    return apply_rotary_reference(x, theta.cos().float(), theta.sin().float(), pairing=scheme.pairing)
+
+
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_rope_rows_of_the_last_positions_are_reused_only_while_valid(pairing, gen):
+    """Every layer rotates with the same positions tensor: the second call must reuse the rows, and any
+    change — the tensor edited in place, another tensor, another dtype or option — must recompute."""
+    rope = build("rope", dim=32, num_heads=2, pairing=pairing)
+    x = torch.randn(1, 2, 5, 16, generator=gen)
+    pos = torch.randint(0, 200, (5,), generator=gen)
+    first = rope.rotate_one(x, pos)
+    assert torch.allclose(first, _rotate_reference(rope, x, pos), atol=1e-6)
+    gathers = []
+    original = rope._cos_sin
+    rope._cos_sin = lambda p, d: gathers.append(1) or original(p, d)
+    assert torch.equal(rope.rotate_one(x, pos), first) and gathers == []  # same tensor: rows reused
+    pos.add_(7)  # edited in place: the version counter moved
+    assert torch.allclose(rope.rotate_one(x, pos), _rotate_reference(rope, x, pos), atol=1e-6) and gathers == [1]
+    other = pos.clone()  # equal values, another tensor: recomputed (identity, not a value compare)
+    rope.rotate_one(x, other)
+    assert gathers == [1, 1]
+    rope.base = 500.0  # an option changed after construction
+    assert torch.allclose(rope.rotate_one(x, other), _rotate_reference(rope, x, other), atol=1e-6)
+    assert gathers == [1, 1, 1]
+    rope.rotate_one(x.double(), other)  # another dtype
+    assert gathers == [1, 1, 1, 1]
+    with pytest.raises(ValueError, match="positions for a sequence of length"):
+        rope.rotate_one(x[:, :, :3], other)  # the shapes are still checked on a reuse
+
+
+def test_rope_reuse_never_skips_the_check_of_new_positions():
+    rope = build("rope", dim=32, num_heads=2)
+    x = torch.zeros(1, 2, 3, 16)
+    pos = torch.tensor([0, 1, 2])
+    rope.rotate_one(x, pos)
+    pos[1] = -4  # in-place: must be checked again
+    with pytest.raises(ValueError, match=">= 0"):
+        rope.rotate_one(x, pos)

@@ -215,15 +215,50 @@ class RoPE(RotaryScheme):
         (Not named ``apply``: that would shadow ``nn.Module.apply(fn)``, which
         ``model.apply(init_fn)`` needs to recurse through a model holding RoPE.)
         """
-        positions = self.check_input(x, positions).to(x.device)
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        if type(self).cos_sin is RoPE.cos_sin:
-            cos, sin = self._cos_sin(positions, dtype)  # already checked: skip the second check
+        recent = self._recent_cos_sin(x, positions, dtype)
+        if recent is not None:
+            cos, sin = recent
         else:
-            cos, sin = self.cos_sin(positions, dtype=dtype)
+            given = positions
+            positions = self.check_input(x, positions).to(x.device)
+            if type(self).cos_sin is RoPE.cos_sin:
+                cos, sin = self._cos_sin(positions, dtype)  # already checked: skip the second check
+            else:
+                cos, sin = self.cos_sin(positions, dtype=dtype)
+            self._remember_cos_sin(given, x, dtype, cos, sin)
         if positions.dim() == 2 and x.dim() == 4:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
         return apply_rotary(x, cos, sin, pairing=self.pairing)
+
+    # -- the last rows served -------------------------------------------------
+    # A model rotates the queries and keys of every layer with the same positions tensor: 2·layers calls
+    # per forward for one set of rows. The rows of the last call are kept with the tensor they were
+    # computed for; a call with that same tensor object, unmodified since (its version counter), on the
+    # same device and dtype, and with the same options, is served them without re-checking the positions
+    # or gathering again. Any other call computes as before. Not used under torch.compile (which traces
+    # the computation once anyway) nor for inference-mode tensors (they carry no version counter).
+
+    def _memo_key(self, x: Tensor, positions: Tensor, dtype: torch.dtype) -> tuple[Any, ...] | None:
+        if compiling() or not isinstance(positions, Tensor) or positions.is_inference():
+            return None
+        return (positions._version, x.device, dtype, type(self), repr(self.options()))
+
+    def _recent_cos_sin(self, x: Tensor, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor] | None:
+        memo = self.__dict__.get("_recent_rows")
+        if memo is None or memo[0] is not positions:
+            return None
+        key = self._memo_key(x, positions, dtype)
+        if key is None or key != memo[1]:
+            return None
+        if x.shape[-1] != self.head_dim or positions.shape[-1] != x.shape[-2]:
+            return None  # let the full path raise its message
+        return memo[2]
+
+    def _remember_cos_sin(self, positions: Tensor, x: Tensor, dtype: torch.dtype, cos: Tensor, sin: Tensor) -> None:
+        key = self._memo_key(x, positions, dtype)
+        if key is not None and not (cos.requires_grad or sin.requires_grad):
+            self.__dict__["_recent_rows"] = (positions, key, (cos, sin))
 
     def rotate_query(self, q: Tensor, q_pos: Tensor) -> Tensor:
         return self.rotate_one(q, q_pos)

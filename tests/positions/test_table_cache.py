@@ -109,3 +109,26 @@ def test_rope_reuse_never_skips_the_check_of_new_positions():
     pos[1] = -4  # in-place: must be checked again
     with pytest.raises(ValueError, match=">= 0"):
         rope.rotate_one(x, pos)
+
+
+def test_inference_tensors_reuse_rows_only_inside_positions_fixed(gen):
+    """Inference-mode tensors have no version counter: outside ``positions_fixed`` their rows are never
+    reused (an in-place edit could not be seen); inside it they are, and leaving it drops the rows."""
+    from posenc.positions.rotary import positions_fixed
+
+    rope = build("rope", dim=32, num_heads=2)
+    x = torch.randn(1, 2, 4, 16, generator=gen)
+    gathers = []
+    original = rope._cos_sin
+    rope._cos_sin = lambda p, d: gathers.append(1) or original(p, d)
+    with torch.inference_mode():
+        pos = torch.arange(3, 7)
+        rope.rotate_one(x, pos)
+        rope.rotate_one(x, pos)
+        assert gathers == [1, 1]  # not fixed: computed every time
+        pos.add_(10)
+        assert torch.allclose(rope.rotate_one(x, pos), _rotate_reference(rope, x, pos), atol=1e-6)
+        with positions_fixed(rope):
+            first = rope.rotate_one(x, pos)
+            assert torch.equal(rope.rotate_one(x, pos), first) and len(gathers) == 4  # reused
+        assert "_recent_rows" not in rope.__dict__

@@ -19,6 +19,8 @@ R rotated width (≤ Dh), P = R/2 rotated pairs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -73,6 +75,25 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: Pairing = "hal
     if not fits or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
         return apply_rotary_reference(x, cos, sin, pairing=pairing)
     return rotary_kernel.rotate(x, cos, sin, pairing=pairing)
+
+
+@contextmanager
+def positions_fixed(scheme: Any) -> Iterator[None]:
+    """Within this block the caller does not edit position tensors in place (a model's forward, where every
+    layer rotates with the same positions): RoPE may then reuse the cos/sin rows of the last call by tensor
+    identity, inference-mode tensors included. A no-op for schemes that are not RoPE. On exit the rows kept
+    are dropped."""
+    if not isinstance(scheme, RoPE):
+        yield
+        return
+    state = scheme.__dict__
+    state["_positions_fixed"] = state.get("_positions_fixed", 0) + 1
+    try:
+        yield
+    finally:
+        state["_positions_fixed"] -= 1
+        if not state["_positions_fixed"]:
+            state.pop("_recent_rows", None)
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -237,12 +258,20 @@ class RoPE(RotaryScheme):
     # computed for; a call with that same tensor object, unmodified since (its version counter), on the
     # same device and dtype, and with the same options, is served them without re-checking the positions
     # or gathering again. Any other call computes as before. Not used under torch.compile (which traces
-    # the computation once anyway) nor for inference-mode tensors (they carry no version counter).
+    # the computation once anyway). Inference-mode tensors carry no version counter: their rows are reused
+    # only inside ``positions_fixed(scheme)``, where the caller (a model's forward) promises not to edit
+    # positions in place.
 
     def _memo_key(self, x: Tensor, positions: Tensor, dtype: torch.dtype) -> tuple[Any, ...] | None:
-        if compiling() or not isinstance(positions, Tensor) or positions.is_inference():
+        if compiling() or not isinstance(positions, Tensor):
             return None
-        return (positions._version, x.device, dtype, type(self), repr(self.options()))
+        if positions.is_inference():
+            if not self.__dict__.get("_positions_fixed", 0):
+                return None
+            version = None
+        else:
+            version = positions._version
+        return (version, x.device, dtype, type(self), repr(self.options()))
 
     def _recent_cos_sin(self, x: Tensor, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor] | None:
         memo = self.__dict__.get("_recent_rows")

@@ -113,6 +113,8 @@ def build_mask(
         nonlocal allowed
         allowed = m if allowed is None else allowed & m
 
+    if not causal and valid_lens is None and key_padding_mask is None:
+        return None  # nothing to mask (e.g. one decoding query): no index tensors built
     key_index = torch.arange(k_len, device=device)
     if causal:
         query_index = torch.arange(q_len, device=device) + (k_len - q_len)
@@ -239,7 +241,8 @@ class MultiHeadAttention(nn.Module):
             v = self._heads(self.v_proj(source), self.num_kv_heads)
             if k_pos is None:
                 k_pos = q_pos if self_attention else default_positions(source.shape[1], device=x.device)
-            k_pos = check_positions(k_pos, name="k_pos")
+            if k_pos is not q_pos:  # q_pos was checked above
+                k_pos = check_positions(k_pos, name="k_pos")
             q, k = self.position.rotate(q, k, q_pos, k_pos)
             if cache is not None:
                 if cache.static:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -136,30 +137,61 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def scheme_colors(summary: dict[str, Any]) -> dict[str, str]:
+    """One colour per scheme for every panel (the order of first appearance across tasks, matplotlib's
+    tab10 then tab20), so a scheme reads the same in every task whatever its rank there."""
+    import matplotlib
+
+    palette = [matplotlib.colors.to_hex(c) for c in (*matplotlib.colormaps["tab10"].colors,
+                                                      *matplotlib.colormaps["tab20"].colors[1::2])]
+    names: list[str] = []
+    for t in summary.values():
+        names += [s for s in t["order"] if s not in names]
+    return {s: palette[i % len(palette)] for i, s in enumerate(names)}
+
+
 def plot(summary: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """Accuracy against length per task, bootstrap 95 % bands, the training lengths shaded."""
+    """Accuracy against length per task, bootstrap 95 % bands, the training lengths shaded; one colour per
+    scheme in every panel and one legend for the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    fig, axes = plt.subplots(1, len(summary), figsize=(5.5 * len(summary), 4.2), squeeze=False)
-    for ax, (task, t) in zip(axes[0], summary.items()):
+    colors = scheme_colors(summary)
+    cols = min(3, len(summary))
+    rows = -(-len(summary) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4.2 * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax, (task, t) in zip(flat, summary.items()):
         lo, hi = t["train_lengths"]
-        ax.axvspan(lo - 0.5, hi + 0.5, color="0.9", label="training lengths")
+        ax.axvspan(lo - 0.5, hi + 0.5, color="0.9")
         for s in t["order"]:
             by = t["schemes"][s]["by_length"]
             if not by:
                 continue
             xs = [int(n) for n in by]
-            line, = ax.plot(xs, [100 * v["mean"] for v in by.values()], marker="o", ms=2.5, lw=1.3, label=s)
+            ax.plot(xs, [100 * v["mean"] for v in by.values()], marker="o", ms=2.5, lw=1.3, color=colors[s])
             ax.fill_between(xs, [100 * v["ci"][0] for v in by.values()], [100 * v["ci"][1] for v in by.values()],
-                            color=line.get_color(), alpha=0.15, lw=0)
+                            color=colors[s], alpha=0.15, lw=0)
         failed = [s for s in t["order"] if not t["schemes"][s]["learned"]]
-        title = task + (f"\nnot learned: {', '.join(failed)}" if failed else "")
+        if failed and len(failed) == len(t["order"]):
+            title = f"{task}\nnot learned by any of the {len(failed)} schemes"
+        else:
+            title = task + ("\n" + textwrap.fill(f"not learned: {', '.join(failed)}", 48) if failed else "")
         ax.set(title=title, xlabel=f"length ({t['length_unit']})", ylabel="exact match (%)", ylim=(-3, 103))
         ax.grid(alpha=0.3)
-    axes[0][-1].legend(fontsize=7, loc="upper right")
+    handles = [Patch(color="0.9", label="training lengths"),
+               *(Line2D([], [], color=c, marker="o", ms=3, label=s) for s, c in colors.items())]
+    spare = flat[len(summary):]
+    if spare:  # an empty panel holds the legend
+        for ax in spare:
+            ax.axis("off")
+        spare[0].legend(handles=handles, loc="center", fontsize=9, title="scheme (mean, 95 % band)")
+    else:
+        flat[-1].legend(handles=handles, fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -68,13 +68,20 @@ def test_generate_command_equals_hf_greedy(folder, tmp_path_factory):
     hf, hf_tok = hf_pair(folder)
     prompt = "The capital of France is"
     ids = torch.tensor([hf_tok(prompt)["input_ids"]])
-    ref = hf.generate(ids, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
+    # HF greedy without any EOS handling (its default config names eos id 2, and min_new_tokens would mask
+    # that logit), cut where posenc's command stops: at the first of the tokenizer's EOS ids, inclusive.
+    hf.generation_config.eos_token_id = None
+    ref = hf.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1]:].tolist()
+    eos = set(load_pretrained(folder).tokenizer.eos_ids)
+    stop = next((i + 1 for i, t in enumerate(ref) if t in eos), len(ref))
+    ref = ref[:stop]
     out = tmp_path_factory.mktemp("out") / "gen.json"
     assert main(["generate", str(folder), "--prompt", prompt, "--max-new-tokens", "6", "--quiet",
                  "--json", str(out), "--threads", "1"]) == 0
     result = json.loads(out.read_text())
-    assert result["completion"] == hf_tok.decode(ref.tolist(), skip_special_tokens=True)
-    assert result["prompt_tokens"] == ids.shape[1] and result["new_tokens"] == 6
+    assert result["completion"] == hf_tok.decode(ref, skip_special_tokens=True)
+    assert result["prompt_tokens"] == ids.shape[1] and result["new_tokens"] == len(ref)
+    assert result["stopped_at_eos"] == (ref[-1] in eos)
 
 
 def test_generate_command_chat_and_sampling(folder, capsys):

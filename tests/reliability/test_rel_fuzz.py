@@ -194,6 +194,10 @@ def mutated(draw):
     return bytes(data)
 
 
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"non-standard JSON constant {name} in a report")
+
+
 @given(data=st.one_of(st.binary(max_size=256), mutated()))
 def test_inspect_reads_any_bytes_as_a_result_or_a_clear_error(data):
     with tempfile.TemporaryDirectory() as tmp:
@@ -205,7 +209,9 @@ def test_inspect_reads_any_bytes_as_a_result_or_a_clear_error(data):
             event(f"refused: {type(err).__name__}")
             return
         event("result: measured")
-        dumps(result)  # the result is plain data that strict JSON can hold
+        text = dumps(result)  # the result is plain data that strict JSON can hold (raises on NaN/inf)
+        assert isinstance(result, dict) and result, "a measured checkpoint gives a non-empty report"
+        json.loads(text, parse_constant=_refuse_constant)  # and a strict parser reads it back
 
 
 # -- files: training checkpoints ---------------------------------------------------------------------------

@@ -204,15 +204,12 @@ class LlamaLM(nn.Module):
         """
         positions = self._positions(ids, positions, cache)
         x = self.position.add(self.embed(ids), positions)  # (B, T, D); a no-op for rotary schemes
-        if compiling():  # traced once: nothing to reuse, and no Python state to touch inside the graph
-            return self.norm(self._layers(x, positions, cache))
-        with positions_fixed(self.position):  # every layer rotates with these positions: one cos/sin gather
-            return self.norm(self._layers(x, positions, cache))
-
-    def _layers(self, x: Tensor, positions: Tensor, cache: list[KVCache] | None) -> Tensor:
-        for i, layer in enumerate(self.layers):
-            x = layer(x, positions=positions, cache=None if cache is None else cache[i])
-        return x
+        # every layer rotates with these positions: one cos/sin gather per forward (under compile: traced once,
+        # nothing to reuse, and no Python state to touch inside the graph)
+        with contextlib.nullcontext() if compiling() else positions_fixed(self.position):
+            for i, layer in enumerate(self.layers):
+                x = layer(x, positions=positions, cache=None if cache is None else cache[i])
+        return self.norm(x)
 
     def forward(self, ids: Tensor, *, positions: Tensor | None = None, cache: list[KVCache] | None = None) -> Tensor:
         """ids (B, T) → logits (B, T, V); see ``hidden`` for the arguments."""

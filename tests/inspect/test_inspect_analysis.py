@@ -103,16 +103,20 @@ def test_neighbours_cosine_vs_dot_with_a_stretched_row(gen):
     stretched = int(torch.randint(1, vocab_size, (1,), generator=gen))
     table[stretched] *= 50.0
     vocab = [f"w{i}" for i in range(vocab_size)]
-    probe = 0 if table[0] @ table[stretched] > 0 else next(
-        i for i in range(1, vocab_size) if i != stretched and table[i] @ table[stretched] > 0)
+    # The probe is the row closest in angle to the stretched one, so 50x its length puts it first by dot product.
+    unit = table / table.norm(dim=1, keepdim=True)
+    closeness = unit @ unit[stretched]
+    closeness[stretched] = -math.inf
+    probe = int(closeness.argmax())
     out = analyse_tokens(table, vocab, tokens=[f"w{probe}"], k=5, sample=vocab_size)
     entry = out["neighbours"][0]
-    unit = table / table.norm(dim=1, keepdim=True)
     cos = (unit @ unit[probe]).tolist()
     cos[probe] = -math.inf
     expected = sorted(range(vocab_size), key=lambda i: -cos[i])[:5]
     assert [n["id"] for n in entry["cosine"]] == expected
-    assert entry["dot"][0]["token"] == f"w{stretched}"
+    dots = (table @ table[probe]).tolist()
+    dots[probe] = -math.inf
+    assert entry["dot"][0]["token"] == f"w{max(range(vocab_size), key=lambda i: dots[i])}" == f"w{stretched}"
     assert out["longest"][0]["id"] == stretched
     torch.testing.assert_close(torch.tensor(out["norms"], dtype=torch.float64), table.norm(dim=1), rtol=1e-12, atol=0)
 

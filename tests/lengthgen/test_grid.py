@@ -74,3 +74,23 @@ def test_same_config_ignores_settings_added_later_but_not_changed_ones():
     now["model"]["dim"] = 32
     assert not grid_module.same_config(saved, now)
     assert not grid_module.same_config(None, now)
+
+
+def test_each_task_trains_with_its_own_config_and_resumes_against_it(tmp_path, monkeypatch):
+    """Per-task presets: a task's cells are built, recorded and resumed with that task's config alone."""
+    wider = TINY.with_changes(model={"dim": 24})
+    grid = GridConfig(tasks=("copy", "sort"), schemes=("none",), seeds=(0,), cell=TINY, per_task={"sort": wider})
+    assert grid.config("copy") is TINY and grid.config("sort") is wider
+    cells = {c["task"]: c for c in run_grid(grid, tmp_path, log=lambda _: None)}
+    assert cells["copy"]["config"] == TINY.identity() and cells["sort"]["config"] == wider.identity()
+    assert cells["sort"]["model"]["parameters"] > cells["copy"]["model"]["parameters"]  # the width reached the model
+    assert grid.identities() == {"copy": TINY.identity(), "sort": wider.identity()}
+    assert [c["task"] for c in load_cells(tmp_path, grid)] == ["copy", "sort"]
+    # the same cells under one shared config: sort's saved cell is another experiment, copy's is kept
+    shared = GridConfig(tasks=("copy", "sort"), schemes=("none",), seeds=(0,), cell=TINY)
+    assert [c["task"] for c in load_cells(tmp_path, shared)] == ["copy"]
+    trained = []
+    real = grid_module.train_cell
+    monkeypatch.setattr(grid_module, "train_cell", lambda t, s, **kw: trained.append(t) or real(t, s, **kw))
+    run_grid(shared, tmp_path, log=lambda _: None)
+    assert trained == ["sort"]

@@ -60,7 +60,7 @@ def set_threads(threads: int | None) -> int:
 
 def add_cell_args(p: argparse.ArgumentParser) -> None:
     """Options of one cell, shared by ``train`` and ``lengthgen`` (unset ones keep the preset's value)."""
-    g = p.add_argument_group("model, training and gate (default: the preset)")
+    g = p.add_argument_group("model, training and gate (default: the task's preset)")
     positive = int_at_least(1)
     g.add_argument("--framing", choices=["decoder", "encoder-decoder"], default=None)
     g.add_argument("--train-max", type=positive, default=None, help="longest training length")
@@ -108,8 +108,9 @@ def grid_from_args(args: argparse.Namespace) -> Any:
 
     seeds = parse_list(args.seeds, "--seeds", convert=one_seed)
     base = lg.QUICK if args.quick else lg.DEFAULT
+    presets = {} if args.quick else {t: config_from_args(args, lg.PRESETS[t]) for t in tasks if t in lg.PRESETS}
     return lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(seeds),
-                         cell=config_from_args(args, base))
+                         cell=config_from_args(args, base), per_task=presets)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,7 +143,7 @@ def _run(args: argparse.Namespace, *, is_main: bool) -> int:
             raise ValueError("--report-only reads OUT/cells: give --out DIR, not -")
         cells = lg.load_cells(out, grid)
         have = {lg.cell_name(c["task"], c["scheme"], c["seed"]) for c in cells}
-        meta.update(config=grid.cell.identity(), expected=len(grid.cells()),
+        meta.update(config=grid.identities(), expected=len(grid.cells()),
                     missing=[lg.cell_name(*c) for c in grid.cells() if lg.cell_name(*c) not in have])
         paths = lg.write_report(cells, out, meta)
         print(f"report of {len(cells)} of {len(grid.cells())} cells: {', '.join(str(p) for p in paths.values())}")
@@ -168,7 +169,7 @@ def _run(args: argparse.Namespace, *, is_main: bool) -> int:
         wanted = todo
     have = {lg.cell_name(c["task"], c["scheme"], c["seed"]) for c in cells}
     missing = [lg.cell_name(*c) for c in wanted if lg.cell_name(*c) not in have]
-    meta.update(wall_seconds=time.perf_counter() - began, config=grid.cell.identity(), expected=len(wanted),
+    meta.update(wall_seconds=time.perf_counter() - began, config=grid.identities(), expected=len(wanted),
                 missing=missing)
     if not cells:
         return 130

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     info = init_distributed()
     set_threads(args.threads)
-    config = config_from_args(args, lg.QUICK if args.quick else lg.DEFAULT)
+    config = config_from_args(args, lg.QUICK if args.quick else lg.preset(args.task))
     config = config.with_changes(train={"checkpoint_every": args.checkpoint_every})
     if args.resume and not args.checkpoint_dir:
         raise ValueError("--resume needs --checkpoint-dir (the directory of the run to continue)")

@@ -8,7 +8,7 @@ says which differences are significant.
 
 One job per module:
 
-* :mod:`.config` — :class:`CellConfig` (composes ModelConfig + TrainConfig) and the presets;
+* :mod:`.config` — :class:`CellConfig` (composes ModelConfig + TrainConfig) and the presets, one per task;
 * :mod:`.cell` — :func:`train_cell`: one cell through the convergence gate, then tested;
 * :mod:`.grid` — :func:`run_grid` / :func:`run_jobs`: every cell, shards, processes, resume;
 * :mod:`.stats` — Wilson and bootstrap intervals, paired comparisons, ranks;
@@ -22,15 +22,16 @@ Tiny example (seconds on a CPU)::
 """
 
 from posenc.lengthgen.cell import build_model, hits_by_length, plan_cell, position_options, train_cell, valid_lengths
-from posenc.lengthgen.config import DEFAULT, PAPER_SCHEMES, QUICK, SCHEMES, TASK_LENGTHS, TASKS, CellConfig
+from posenc.lengthgen.config import (DEFAULT, PAPER_SCHEMES, PRESETS, QUICK, SCHEMES, TASK_LENGTHS, TASKS, CellConfig,
+                                     preset)
 from posenc.lengthgen.grid import GridConfig, cell_name, load_cells, machine_note, run_grid, run_jobs
 from posenc.lengthgen.report import headline, markdown, plot, write_report
 from posenc.lengthgen.summary import summarise
 from posenc.positions import canonical
 
 __all__ = [
-    "DEFAULT", "PAPER_SCHEMES", "QUICK", "SCHEMES", "TASKS", "TASK_LENGTHS", "CellConfig", "GridConfig",
+    "DEFAULT", "PAPER_SCHEMES", "PRESETS", "QUICK", "SCHEMES", "TASKS", "TASK_LENGTHS", "CellConfig", "GridConfig",
     "build_model", "canonical", "cell_name", "headline", "hits_by_length", "load_cells", "machine_note",
-    "markdown", "plan_cell", "plot", "position_options", "run_grid", "run_jobs", "summarise", "train_cell", "valid_lengths",
+    "markdown", "plan_cell", "plot", "position_options", "preset", "run_grid", "run_jobs", "summarise", "train_cell", "valid_lengths",
     "write_report",
 ]

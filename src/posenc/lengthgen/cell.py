@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from posenc.lengthgen.config import CellConfig
-from posenc.positions import lookup, model_context
+from posenc.positions import lookup
 from posenc.tasks import Example, Task, build_task, collate, correct, loss_sum, sequence_length
 from posenc.train import dist_info, step_generator, train
 from posenc.models import build_decoder_only, build_encoder_decoder
@@ -48,33 +48,29 @@ def example_set(task: Task, lengths: Sequence[int], per_length: int, seed: int) 
     return {n: task.examples([n] * per_length, gen) for n in lengths}
 
 
-def position_options(scheme: str, config: CellConfig, *, max_len: int, train_len: int) -> dict[str, Any]:
-    """The scheme options of one cell: what the model context gives the scheme, plus T5's layout.
+def position_options(scheme: str, config: CellConfig, *, train_len: int) -> dict[str, Any]:
+    """The scheme options the benchmark sets beyond what the model builder gives every scheme.
 
-    Args:
-        max_len: the longest test sequence (positions the model must handle).
-        train_len: the longest training sequence.
+    The builder hands each scheme the model's context through the registry
+    (:func:`posenc.positions.model_context`): ``max_length`` — here the longest *test* sequence,
+    set on the cell's ModelConfig by :func:`build_model` — and causal or not. So a learned table gets
+    a row for every test position (those past the training lengths get no gradient), randomized
+    positions sample from ``[0, max_length)`` while training (Ruoss et al. 2023: every test position
+    must lie inside that range), and T5 gets one-directional buckets in a causal decoder.
 
-    * The registry's model context (:func:`posenc.positions.model_context`) with ``max_len`` as
-      ``max_length`` and ``causal`` for the decoder-only framing: a learned table gets ``max_len``
-      rows (those past the training lengths get no gradient), randomized positions sample from
-      ``[0, max_len)`` while training (Ruoss et al. 2023: every test position must lie inside that
-      range), T5 gets one-directional buckets in a causal decoder.
-    * t5: T5's rule (half the buckets exact distances, half log-spaced up to ``max_distance``, farther
-      ones share the last) with 16 buckets and ``max_distance`` = the longest training sequence. In a
-      causal model that makes distances 0–7 exact and 8 … ``train_len`` log-spaced, so training
-      reaches every bucket, and every longer test distance shares the last bucket, which training
-      reached. T5's own 32 buckets / 128 would give distances 0–15 exact buckets and leave most
-      buckets untrained at these lengths (a test distance past the training lengths would meet a
-      bias that was never trained — what an earlier run of this benchmark measured, not a property of
-      relative bias). The paper trains on sequences long enough to use T5's log range.
+    What is left is T5's layout: T5's rule (half the buckets exact distances, half log-spaced up to
+    ``max_distance``, farther ones share the last) with 16 buckets and ``max_distance`` = the
+    longest training sequence ``train_len``. In a causal model that makes distances 0–7 exact and
+    8 … ``train_len`` log-spaced, so training reaches every bucket, and every longer test distance
+    shares the last bucket, which training reached. T5's own 32 buckets / 128 would give distances
+    0–15 exact buckets and leave most buckets untrained at these lengths (a test distance past the
+    training lengths would meet a bias that was never trained — what an earlier run of this
+    benchmark measured, not a property of relative bias). The paper trains on sequences long enough
+    to use T5's log range.
 
-    ``config.model.position_options`` override all of these.
+    ``config.model.position_options`` override these.
     """
-    shape = {"dim": config.model.dim, "num_heads": config.model.num_heads}
-    plain = model_context(scheme, **shape)
-    full = model_context(scheme, **shape, max_length=max_len, causal=config.framing == "decoder")
-    options = {k: v for k, v in full.items() if k not in plain or plain[k] != v}  # what length/causality add
+    options: dict[str, Any] = {}
     if scheme == "t5":
         # at least 9: beyond the 8 exact distances of the causal layout (an encoder–decoder's decoder is causal)
         options.update(num_buckets=16, max_distance=max(train_len, 9))
@@ -82,10 +78,10 @@ def position_options(scheme: str, config: CellConfig, *, max_len: int, train_len
 
 
 def build_model(scheme: str, vocab_size: int, config: CellConfig, *, max_len: int, train_len: int) -> nn.Module:
-    """The model of one cell: ``config.model`` with this task's vocabulary and this scheme."""
+    """The model of one cell: ``config.model`` with this task's vocabulary, this scheme, ``max_len`` positions."""
     cls = lookup(scheme)
-    model = replace(config.model, vocab_size=vocab_size, position=scheme,
-                    position_options=position_options(scheme, config, max_len=max_len, train_len=train_len),
+    model = replace(config.model, vocab_size=vocab_size, position=scheme, max_length=max_len,
+                    position_options=position_options(scheme, config, train_len=train_len),
                     tie_embeddings=config.model.tie_embeddings and cls.extra_width == 0,
                     share_embeddings=config.framing == "encoder-decoder")
     return build_decoder_only(model) if config.framing == "decoder" else build_encoder_decoder(model)

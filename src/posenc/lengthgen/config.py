@@ -127,8 +127,27 @@ class CellConfig:
         return replace(self, **picked)
 
 
-#: The recorded benchmark (benchmarks/lengthgen/README.md says how it was chosen).
+#: The base of every preset: 2 layers of width 32, 6000 updates (what the recorded copy, reverse and
+#: sort cells learn at; see benchmarks/lengthgen/README.md).
 DEFAULT = CellConfig()
+
+#: The recorded benchmark: one CellConfig per task, every scheme and seed of a task sharing it. The
+#: model and the budget are sized per task by measurement (the sweep in benchmarks/lengthgen/README.md):
+#: large enough that every scheme can learn the task on its training lengths, no larger (the grid is
+#: recorded on 2 CPU cores). A task not named here uses :data:`DEFAULT`.
+PRESETS: dict[str, CellConfig] = {
+    "copy": DEFAULT,
+    "reverse": DEFAULT,
+    "sort": DEFAULT,
+    "addition": DEFAULT.with_changes(model={"dim": 64, "num_layers": 4}, train={"steps": 12000}),
+    "scan": DEFAULT,
+}
+
+
+def preset(task: str) -> CellConfig:
+    """The recorded benchmark's CellConfig for ``task`` (:data:`DEFAULT` for a task without a preset)."""
+    return PRESETS.get(task, DEFAULT)
+
 #: A pipeline check that runs in a few minutes on 2 cores (short lengths, small budget).
 QUICK = DEFAULT.with_changes(train_max=5, test_max=10, eval_examples=30, gate_examples=10,
                              train={"steps": 600, "warmup_steps": 50, "eval_every": 50})

@@ -15,6 +15,7 @@ import os
 import platform
 import shutil
 from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,27 @@ from posenc.train import dist_info
 
 @dataclass(frozen=True, kw_only=True)
 class GridConfig:
-    """Which cells to run: every (task, scheme, seed) with one CellConfig."""
+    """Which cells to run: every (task, scheme, seed), each task with its CellConfig.
+
+    ``cell`` is the config of every task that ``per_task`` does not name; ``per_task`` gives a task
+    its own (the recorded benchmark's presets, :data:`~posenc.lengthgen.config.PRESETS`, size the
+    model and the budget per task). Every scheme and seed of one task share its config, so the
+    schemes of a task are always compared at one model size and one budget.
+    """
 
     tasks: tuple[str, ...] = ("copy", "reverse")
     schemes: tuple[str, ...] = SCHEMES
     seeds: tuple[int, ...] = (0, 1, 2)
     cell: CellConfig = field(default_factory=lambda: DEFAULT)
+    per_task: Mapping[str, CellConfig] = field(default_factory=dict)
+
+    def config(self, task: str) -> CellConfig:
+        """The CellConfig of ``task``'s cells."""
+        return self.per_task.get(task, self.cell)
+
+    def identities(self) -> dict[str, dict[str, Any]]:
+        """Per task of the grid, what decides its cells' results (the report prints these)."""
+        return {t: self.config(t).identity() for t in self.tasks}
 
     def cells(self) -> list[tuple[str, str, int]]:
         """Every cell, seeds innermost (so a shard of a partial run still covers schemes evenly)."""
@@ -105,7 +121,8 @@ def run_grid(
     results = []
     for number, (task, scheme, seed) in enumerate(todo, 1):
         name = cell_name(task, scheme, seed)
-        saved = None if fresh or root is None else finished(root, task, scheme, seed, grid.cell)
+        config = grid.config(task)
+        saved = None if fresh or root is None else finished(root, task, scheme, seed, config)
         if saved is not None:
             log(f"[{number}/{len(todo)}] {name}: done earlier, kept")
             results.append(saved)
@@ -113,12 +130,12 @@ def run_grid(
         ckpt = None if root is None else root / "checkpoints" / name
         resume = ckpt is not None and (ckpt / "latest").exists() and not fresh
         log(f"[{number}/{len(todo)}] {name}: training" + (" (resuming)" if resume else ""))
-        cell = train_cell(task, scheme, seed=seed, config=grid.cell, checkpoint_dir=ckpt, resume=resume,
+        cell = train_cell(task, scheme, seed=seed, config=config, checkpoint_dir=ckpt, resume=resume,
                           progress=progress)
         if cell["interrupted"]:
             log(f"{name}: interrupted; run the same command again to continue")
             break
-        cell["config"] = grid.cell.identity()
+        cell["config"] = config.identity()
         if info.is_main and root is not None:
             path = cell_file(root, task, scheme, seed)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,9 +179,9 @@ def load_cells(out_dir: str | os.PathLike[str], grid: GridConfig | None = None) 
     cells = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
     if grid is not None:
         order = {cell_name(*c): i for i, c in enumerate(grid.cells())}
-        ident = grid.cell.identity()
+        ident = grid.identities()
         cells = [c for c in cells if cell_name(c["task"], c["scheme"], c["seed"]) in order
-                 and same_config(c.get("config"), ident)]
+                 and same_config(c.get("config"), ident[c["task"]])]
         cells.sort(key=lambda c: order[cell_name(c["task"], c["scheme"], c["seed"])])
     if not cells:
         raise FileNotFoundError(f"no finished cells in {folder}")

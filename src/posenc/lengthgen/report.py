@@ -115,6 +115,19 @@ def missing_line(missing: Sequence[str]) -> str:
     return "; ".join(parts)
 
 
+def config_table(configs: dict[str, dict[str, Any]]) -> list[str]:
+    """One row per task: the model, the training and the gate its cells share (``configs``: task → identity)."""
+    lines = ["Per task, every scheme and seed share one model and one budget (full configuration in results.json):", "",
+             "| task | framing | model | training | batch | gate | test examples per length |",
+             "| --- | --- | --- | --- | ---: | --- | ---: |"]
+    for task, cfg in configs.items():
+        lines.append(f"| {task} | {cfg.get('framing')} | {_settings(cfg.get('model', {}), MODEL_FIELDS)} | "
+                     f"{_settings(cfg.get('train', {}), TRAIN_FIELDS)} | {cfg.get('batch_size')} | "
+                     f"≥ {cfg.get('threshold')} on {cfg.get('gate_examples')} per training length | "
+                     f"{cfg.get('eval_examples')} |")
+    return lines
+
+
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     cfg = meta.get("config", {})
     lines = ["# Length generalisation by position scheme", "",
@@ -124,11 +137,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
              f"Total CPU time of the cells: {meta.get('cpu_seconds', 0):.0f} s "
              f"({meta.get('cpu_seconds', 0) / 3600:.2f} h)  ",
              f"Machine: {_machine_line(meta.get('machine', {}))}  ",
-             f"Model: {_settings(cfg.get('model', {}), MODEL_FIELDS)}  ",
-             f"Training: {_settings(cfg.get('train', {}), TRAIN_FIELDS)}, batch {cfg.get('batch_size')}  ",
-             f"Cell: framing {cfg.get('framing')}, gate ≥ {cfg.get('threshold')} on {cfg.get('gate_examples')} "
-             f"held-out examples per training length, {cfg.get('eval_examples')} test examples per length "
-             "(full configuration in results.json)", "",
+             "", *config_table(cfg), "",
              "Only cells that passed the convergence gate are compared; a scheme whose seeds all failed "
              "it is listed as not learned and excluded (never averaged in as zeros).", "",
              *headline(summary), ""]

@@ -94,3 +94,22 @@ def test_each_task_trains_with_its_own_config_and_resumes_against_it(tmp_path, m
     monkeypatch.setattr(grid_module, "train_cell", lambda t, s, **kw: trained.append(t) or real(t, s, **kw))
     run_grid(shared, tmp_path, log=lambda _: None)
     assert trained == ["sort"]
+
+
+def test_a_changed_scheme_set_up_retrains_the_cell(tmp_path, monkeypatch):
+    """How the benchmark sets up a scheme is not in the CellConfig; a saved cell built another way is stale."""
+    grid = GridConfig(tasks=("copy",), schemes=("randomized", "none"), seeds=(0,), cell=TINY)
+    run_grid(grid, tmp_path, log=lambda _: None)
+    assert len(load_cells(tmp_path, grid)) == 2
+    from posenc.lengthgen import cell as cell_module
+
+    real = cell_module.position_options
+    monkeypatch.setattr(cell_module, "position_options",
+                        lambda scheme, config, **kw: {**real(scheme, config, **kw), "eval_positions": "given"}
+                        if scheme == "randomized" else real(scheme, config, **kw))
+    assert [c["scheme"] for c in load_cells(tmp_path, grid)] == ["none"]  # the randomized cell is stale
+    trained = []
+    real_train = grid_module.train_cell
+    monkeypatch.setattr(grid_module, "train_cell", lambda t, s, **kw: trained.append(s) or real_train(t, s, **kw))
+    run_grid(grid, tmp_path, log=lambda _: None)
+    assert trained == ["randomized"]

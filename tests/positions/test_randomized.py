@@ -1,4 +1,4 @@
-"""Randomized positions (Ruoss et al., 2023): seeded sorted draws while training, given positions at evaluation."""
+"""Randomized positions (Ruoss et al., 2023): seeded sorted draws while training; given or sampled ones at evaluation."""
 
 import pytest
 import torch
@@ -56,3 +56,31 @@ def test_model_trains_on_random_positions_and_evaluates_on_given_ones(gen):
     assert not torch.allclose(first, second)  # fresh positions per step
     lm.eval()
     torch.testing.assert_close(lm(ids), lm(ids))
+
+
+def test_sampled_evaluation_draws_like_training_the_same_draws_every_call(gen):
+    """eval_positions='sampled' (the paper's protocol): sorted draws from [0, max_len), a pure function of the input."""
+    max_len, length = int(torch.randint(20, 80, (1,), generator=gen)), int(torch.randint(2, 20, (1,), generator=gen))
+    seed = int(torch.randint(0, 10**6, (1,), generator=gen))
+    scheme = RandomizedPositions(dim=8, max_len=max_len, seed=seed, eval_positions="sampled").eval()
+    x = torch.zeros(6, length, 8, dtype=torch.float64)
+    before = scheme.generator.get_state()
+    out = scheme.add(x, torch.arange(length))
+    torch.testing.assert_close(scheme.add(x, torch.arange(length)), out)  # deterministic
+    assert torch.equal(scheme.generator.get_state(), before)  # training's stream untouched
+    # recover the drawn positions by matching each row against the whole table (sinusoid rows are distinct)
+    table = sinusoid_table(torch.arange(max_len), 8)
+    drawn = torch.cdist(out.reshape(-1, 8), table).argmin(-1).reshape(6, length)
+    torch.testing.assert_close(out, table[drawn])
+    assert bool((drawn[:, 1:] > drawn[:, :-1]).all()) and int(drawn.max()) < max_len
+    assert not torch.equal(drawn, torch.arange(length).expand(6, -1))  # not the given 0..T-1
+    given = RandomizedPositions(dim=8, max_len=max_len, seed=seed).eval()
+    torch.testing.assert_close(given.add(x, torch.arange(length))[0], table[:length])
+
+
+def test_sampled_evaluation_refuses_a_cached_continuation():
+    scheme = RandomizedPositions(dim=8, max_len=64, eval_positions="sampled").eval()
+    with pytest.raises(ValueError, match="start at 5.*eval_positions='given'"):
+        scheme.add(torch.zeros(1, 1, 8), torch.tensor([5]))
+    with pytest.raises(ValueError, match="eval_positions must be 'given' or 'sampled'"):
+        RandomizedPositions(dim=8, eval_positions="random")

@@ -58,7 +58,15 @@ def position_options(scheme: str, config: CellConfig, *, train_len: int) -> dict
     positions sample from ``[0, max_length)`` while training (Ruoss et al. 2023: every test position
     must lie inside that range), and T5 gets one-directional buckets in a causal decoder.
 
-    What is left is T5's layout: T5's rule (half the buckets exact distances, half log-spaced up to
+    What is left is how randomized positions are evaluated and T5's layout.
+
+    randomized: ``eval_positions="sampled"`` — the gate and the test draw a sorted subset of
+    ``[0, max_length)`` for every example, as in training, as Ruoss et al. evaluate (their reference
+    code draws in every forward pass). With the contiguous positions 0 … T − 1 instead, a model that
+    trained only on gapped positions meets an arrangement it never saw and fails the gate in range
+    (what an earlier run of this benchmark measured: 61–93 % on copy, reverse and SCAN).
+
+    t5: T5's rule (half the buckets exact distances, half log-spaced up to
     ``max_distance``, farther ones share the last) with 16 buckets and ``max_distance`` = the
     longest training sequence ``train_len``. In a causal model that makes distances 0–7 exact and
     8 … ``train_len`` log-spaced, so training reaches every bucket, and every longer test distance
@@ -71,6 +79,8 @@ def position_options(scheme: str, config: CellConfig, *, train_len: int) -> dict
     ``config.model.position_options`` override these.
     """
     options: dict[str, Any] = {}
+    if scheme == "randomized":
+        options.update(eval_positions="sampled")
     if scheme == "t5":
         # at least 9: beyond the 8 exact distances of the causal layout (an encoder–decoder's decoder is causal)
         options.update(num_buckets=16, max_distance=max(train_len, 9))
@@ -85,6 +95,29 @@ def build_model(scheme: str, vocab_size: int, config: CellConfig, *, max_len: in
                     tie_embeddings=config.model.tie_embeddings and cls.extra_width == 0,
                     share_embeddings=config.framing == "encoder-decoder")
     return build_decoder_only(model) if config.framing == "decoder" else build_encoder_decoder(model)
+
+
+def sequence_lengths(task: Task, config: CellConfig) -> tuple[int, int]:
+    """(longest test sequence, longest training sequence) in tokens, for ``task`` under ``config``'s framing."""
+    lo, train_max, test_max = config.lengths_for(task)
+    longest = (max(sequence_length(*task.size_bound(n), config.framing) for n in valid_lengths(task, lo, hi))
+               for hi in (test_max, train_max))
+    return next(longest), next(longest)
+
+
+def position_description(task_name: str, scheme: str, config: CellConfig,
+                         task_options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The position scheme a cell of this config builds, as its saved result describes it (``model.position``).
+
+    A finished cell is current only if this still matches what it recorded: how the benchmark sets
+    up a scheme (:func:`position_options`) is not part of the CellConfig, and a change there (e.g.
+    randomized positions evaluated on sampled positions) makes earlier cells another experiment.
+    """
+    task = build_task(task_name, **(task_options or {}))
+    max_len, train_len = sequence_lengths(task, config)
+    with torch.random.fork_rng(devices=[]):  # building draws initial weights: leave the caller's RNG alone
+        model = build_model(scheme, len(task.vocab()), config, max_len=max_len, train_len=train_len)
+    return model.describe().get("position")
 
 
 def hits_by_length(model: nn.Module, examples: dict[int, list[Example]], vocab: Any, framing: str,
@@ -135,8 +168,7 @@ def train_cell(
     test_lengths = valid_lengths(task, lo, test_max)
     tests = example_set(task, test_lengths, config.eval_examples, TEST_SEED)
     gate_set = example_set(task, train_lengths, config.gate_examples, GATE_SEED)
-    max_len = max(sequence_length(*task.size_bound(n), config.framing) for n in test_lengths)  # every test fits
-    train_len = max(sequence_length(*task.size_bound(n), config.framing) for n in train_lengths)
+    max_len, train_len = sequence_lengths(task, config)
 
     torch.manual_seed(seed)
     model = build_model(scheme, len(vocab), config, max_len=max_len, train_len=train_len).to(info.device)

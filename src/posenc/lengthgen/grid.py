@@ -24,7 +24,7 @@ import torch
 
 from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
-from posenc.lengthgen.cell import train_cell
+from posenc.lengthgen.cell import position_description, train_cell
 from posenc.lengthgen.config import DEFAULT, SCHEMES, CellConfig
 from posenc.train import dist_info
 
@@ -77,12 +77,21 @@ def cell_file(out_dir: str | os.PathLike[str], task: str, scheme: str, seed: int
 
 
 def finished(out_dir: str | os.PathLike[str], task: str, scheme: str, seed: int, config: CellConfig) -> dict | None:
-    """The saved result of this cell if it was finished with the same config, else None."""
+    """The saved result of this cell if it was finished with the same config and scheme set-up, else None."""
     path = cell_file(out_dir, task, scheme, seed)
     if not path.exists():
         return None
     saved = json.loads(path.read_text())
-    return saved if same_config(saved.get("config"), config.identity()) else None
+    return saved if current(saved, config) else None
+
+
+def current(saved: dict[str, Any], config: CellConfig) -> bool:
+    """A saved cell still answers for ``config``: the same settings, and the same position scheme set-up
+    (the one the benchmark would build today, :func:`~posenc.lengthgen.cell.position_description`)."""
+    if not same_config(saved.get("config"), config.identity()):
+        return False
+    now = json.loads(dumps(position_description(saved["task"], saved["scheme"], config)))
+    return saved.get("model", {}).get("position") == now
 
 
 def same_config(saved: dict[str, Any] | None, now: dict[str, Any]) -> bool:
@@ -179,9 +188,8 @@ def load_cells(out_dir: str | os.PathLike[str], grid: GridConfig | None = None) 
     cells = [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))]
     if grid is not None:
         order = {cell_name(*c): i for i, c in enumerate(grid.cells())}
-        ident = grid.identities()
         cells = [c for c in cells if cell_name(c["task"], c["scheme"], c["seed"]) in order
-                 and same_config(c.get("config"), ident[c["task"]])]
+                 and current(c, grid.config(c["task"]))]
         cells.sort(key=lambda c: order[cell_name(c["task"], c["scheme"], c["seed"])])
     if not cells:
         raise FileNotFoundError(f"no finished cells in {folder}")

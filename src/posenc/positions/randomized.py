@@ -11,7 +11,17 @@ positions it has already seen.
   shape; each sequence of the batch draws its own sorted subset from the
   scheme's own ``torch.Generator`` (``seed`` option), so runs are
   reproducible and independent of the global RNG.
-* Evaluation: the given positions are used unchanged.
+* Evaluation, ``eval_positions="given"`` (the default): the given positions
+  are used unchanged — what cached decoding needs, since each new token
+  continues the positions of the ones before it.
+* Evaluation, ``eval_positions="sampled"``: a sorted random subset again, as
+  the paper evaluates (its reference code draws the subset in every forward
+  pass, training or not): a model trained only on gapped positions never saw
+  the contiguous 0 … T − 1 and answers worse on them, in range too. The draw
+  comes from a generator seeded afresh from ``seed`` on every call, so
+  evaluation is a deterministic function of the weights and the input and
+  does not move the training draws. Whole sequences only (positions must start
+  at 0): a cached continuation is refused.
 * Under ``torch.compile`` (training) the draws come from the global RNG
   instead of the scheme's generator (see ``sample_positions``).
 
@@ -32,6 +42,10 @@ from posenc.positions.absolute import check_even, sinusoid_table
 from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
 
 
+#: Evaluation draws (eval_positions="sampled") come from seed + this: a stream apart from training's.
+_EVAL_SEED_OFFSET = 1_000_003
+
+
 class RandomizedPositions(AdditiveScheme):
     """Randomized positions (Ruoss et al., 2023) over a sinusoidal or learned table.
 
@@ -46,12 +60,15 @@ class RandomizedPositions(AdditiveScheme):
             (a learned table has max_len rows).
         base: the sinusoidal base.
         seed: seed of the scheme's own generator.
+        eval_positions: in evaluation mode, use the ``"given"`` positions or draw
+            ``"sampled"`` ones as in training (the paper's protocol; whole sequences only).
     """
 
     name: ClassVar[str] = "randomized"
 
     def __init__(self, *, dim: int, max_len: int = 2048, inner: Literal["sinusoidal", "learned"] = "sinusoidal",
-                 base: float = 10000.0, seed: int = 0) -> None:
+                 base: float = 10000.0, seed: int = 0,
+                 eval_positions: Literal["given", "sampled"] = "given") -> None:
         super().__init__(dim=dim)
         max_len = positive_int(max_len, "max_len")
         if inner == "learned":
@@ -61,6 +78,9 @@ class RandomizedPositions(AdditiveScheme):
             raise ValueError(f"inner must be 'sinusoidal' or 'learned', got {inner!r}")
         if inner == "sinusoidal":
             check_even(dim, name="dim", what="the sinusoidal encoding")
+        if eval_positions not in ("given", "sampled"):
+            raise ValueError(f"eval_positions must be 'given' or 'sampled', got {eval_positions!r}")
+        self.eval_positions = eval_positions
         self.max_len, self.inner, self.base, self.seed = max_len, inner, base, seed_(seed, "seed")
         self.generator = torch.Generator().manual_seed(self.seed)
         self.weight = nn.Parameter(torch.randn(max_len, dim) * 0.02) if inner == "learned" else None
@@ -76,9 +96,11 @@ class RandomizedPositions(AdditiveScheme):
         self.seed = int(seed)
         self.generator.manual_seed(self.seed)
 
-    def sample_positions(self, batch: int, length: int, *, device: torch.device | None = None) -> Tensor:
+    def sample_positions(self, batch: int, length: int, *, device: torch.device | None = None,
+                         generator: torch.Generator | None = None) -> Tensor:
         """A sorted random subset of ``length`` positions from [0, max_len) per sequence, int64 (B, T).
 
+        ``generator``: where the draws come from (default: the scheme's own, which training advances).
         Under ``torch.compile`` the scheme's own generator cannot enter the
         graph; the draw is then the first ``length`` entries of a random
         permutation made by sorting uniform keys from the global RNG (seeded
@@ -90,7 +112,8 @@ class RandomizedPositions(AdditiveScheme):
         if compiling():
             keys = torch.rand(batch, self.max_len, device=device)  # (B, max_len)
             return keys.argsort(dim=-1)[:, :length].sort(dim=-1).values
-        draws = [torch.randperm(self.max_len, generator=self.generator)[:length].sort().values for _ in range(batch)]
+        gen = self.generator if generator is None else generator
+        draws = [torch.randperm(self.max_len, generator=gen)[:length].sort().values for _ in range(batch)]
         return torch.stack(draws) if draws else torch.zeros(0, length, dtype=torch.long)
 
     def encode(self, positions: Tensor) -> Tensor:
@@ -110,10 +133,23 @@ class RandomizedPositions(AdditiveScheme):
             if positions.shape[-1] != x.shape[-2]:
                 raise ValueError(f"randomized: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
             positions = self.sample_positions(x.shape[0], x.shape[-2], device=x.device).to(x.device)
+        elif self.eval_positions == "sampled":
+            positions = check_positions(positions)
+            if positions.shape[-1] != x.shape[-2]:
+                raise ValueError(f"randomized: {positions.shape[-1]} positions for a sequence of length {x.shape[-2]}")
+            check_values(positions[..., :1] == 0,
+                         lambda: "randomized (eval_positions='sampled') draws positions for whole sequences, but "
+                                 f"these start at {int(positions[..., 0].max())}: a cached continuation cannot be "
+                                 "re-drawn; use eval_positions='given' to decode with a cache",
+                         compiled_message="randomized (eval_positions='sampled') draws positions for whole "
+                                          "sequences; a cached continuation cannot be re-drawn")
+            fresh = torch.Generator().manual_seed(self.seed + _EVAL_SEED_OFFSET)  # the same draws on every call
+            positions = self.sample_positions(x.shape[0], x.shape[-2], device=x.device, generator=fresh).to(x.device)
         return super().add(x, positions)
 
     def max_position(self) -> int | None:
         return self.max_len - 1 if self.weight is not None else None
 
     def options(self) -> dict[str, Any]:
-        return {"dim": self.dim, "max_len": self.max_len, "inner": self.inner, "base": self.base, "seed": self.seed}
+        return {"dim": self.dim, "max_len": self.max_len, "inner": self.inner, "base": self.base, "seed": self.seed,
+                "eval_positions": self.eval_positions}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,61 @@ def test_out_dash_writes_no_files(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert main([*MICRO, "--out", "-"]) == 0
     assert list(tmp_path.iterdir()) == [] and "| copy |" in capsys.readouterr().out
+
+
+def _alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (Linux /proc)."""
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of ``pid`` (Linux /proc)."""
+    kids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                kids.append(int(entry.name))
+    return kids
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc to find the workers")
+def test_sigterm_to_a_jobs_grid_stops_every_worker_and_keeps_their_cells(tmp_path):
+    """`kill PID` of `lengthgen --jobs 2` must not leave workers training (and writing cells) on their own."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "grid"
+    cmd = [sys.executable, "-m", "posenc.cli", "lengthgen", "--quick", "--task", "copy", "--position", "none,rope",
+           "--seeds", "0", "--steps", "100000", "--jobs", "2", "--quiet", "--out", str(out)]
+    log = tmp_path / "log.txt"  # a file, as when run from a shell (a pipe whose reader stops can end orphans early)
+    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        # each worker prints "[shard i/2] [1/1] <cell>: training" as it begins
+        while sum(line.endswith(": training") for line in log.read_text().splitlines()) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "the workers never began training"
+            time.sleep(0.2)
+        workers = _children(proc.pid)  # the two workers and multiprocessing's resource tracker
+        assert len(workers) >= 2
+        time.sleep(3.0)  # into the training loop (a 100,000-update budget: far from done)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+        deadline = time.monotonic() + 30
+        while any(_alive(w) for w in workers):
+            assert time.monotonic() < deadline, "a worker kept running after its parent was told to stop"
+            time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    saved = sorted(p.parent.name for p in (out / "checkpoints").glob("*/latest"))
+    assert saved == ["copy-none-seed0", "copy-rope-seed0"]  # each worker saved its running cell on the way out

@@ -14,8 +14,9 @@ import multiprocessing
 import os
 import platform
 import shutil
-from collections.abc import Callable
-from collections.abc import Mapping
+import signal
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,21 @@ def run_grid(
     return results
 
 
-def _worker(grid: GridConfig, out_dir: str, shard: tuple[int, int], fresh: bool, threads: int) -> int:
+def _stop_with_parent() -> None:
+    """On Linux, have the kernel send this process SIGTERM when its parent dies (even by SIGKILL):
+    a worker must not go on training, and writing cells, for a grid nobody waits for."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _worker(grid: GridConfig, out_dir: str, shard: tuple[int, int], fresh: bool, threads: int,
+            parent: int) -> int:
+    _stop_with_parent()
+    if os.getppid() != parent:  # the parent died before the line above took effect
+        return 0
     torch.set_num_threads(threads)
     label = f"[shard {shard[0]}/{shard[1]}] "
     cells = run_grid(grid, out_dir, shard=shard, fresh=fresh, log=lambda s: print(label + s, flush=True))
@@ -167,19 +182,35 @@ def _worker(grid: GridConfig, out_dir: str, shard: tuple[int, int], fresh: bool,
 
 def run_jobs(grid: GridConfig, out_dir: str | os.PathLike[str], *, jobs: int, fresh: bool = False,
              threads: int = 1) -> None:
-    """Run the grid as ``jobs`` local processes, one shard each (``threads`` torch threads each)."""
+    """Run the grid as ``jobs`` local processes, one shard each (``threads`` torch threads each).
+
+    Stopping: Ctrl-C reaches every process of the terminal's group, so each worker saves its running
+    cell and stops; a SIGTERM to this process is passed on to the workers, which do the same; and
+    on Linux a worker also stops if this process dies without passing anything on (SIGKILL).
+    """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(grid, str(out_dir), (i, jobs), fresh, threads)) for i in range(jobs)]
-    for p in procs:
-        p.start()
+    procs = [ctx.Process(target=_worker, args=(grid, str(out_dir), (i, jobs), fresh, threads, os.getpid()))
+             for i in range(jobs)]
+
+    def pass_on(signum: int, frame: Any) -> None:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()  # SIGTERM: the worker's training loop saves and returns
+
+    previous = signal.signal(signal.SIGTERM, pass_on)
     try:
         for p in procs:
-            p.join()
-    except KeyboardInterrupt:  # the children got the same Ctrl-C: let them save and stop
-        for p in procs:
-            p.join()
+            p.start()
+        try:
+            for p in procs:
+                p.join()
+        except KeyboardInterrupt:  # the children got the same Ctrl-C: let them save and stop
+            for p in procs:
+                p.join()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def load_cells(out_dir: str | os.PathLike[str], grid: GridConfig | None = None) -> list[dict[str, Any]]:

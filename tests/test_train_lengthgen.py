@@ -15,7 +15,7 @@ from posenc.cli import main
 
 
 def test_lengths_default_per_task_and_are_checked():
-    assert lg.DEFAULT.lengths_for(_task("copy")) == (1, 8, 16)
+    assert lg.DEFAULT.lengths_for(_task("copy")) == (1, 16, 32)
     assert lg.DEFAULT.lengths_for(_task("scan")) == (1, 22, 48)
     assert lg.CellConfig(train_max=5).lengths_for(_task("copy")) == (1, 5, 10)
     with pytest.raises(ValueError, match="train_max <= test_max"):

@@ -133,3 +133,32 @@ def test_inf_gradient_stops_too(seed):
     model.head.weight.register_hook(lambda grad: grad * float("inf"))  # finite loss, infinite gradient
     with pytest.raises(NonFiniteLossError, match="gradient norm is (inf|nan) at step 0"):
         train(model, lm_loss, counting_batches(seed), TrainConfig(steps=2, progress=False))
+
+
+def test_a_resumed_run_counts_the_time_of_the_calls_before_it(tmp_path, seed):
+    """total_seconds / total_cpu_seconds add the interrupted call's time (saved in the checkpoint) to this one's."""
+    import time
+
+    cfg = TrainConfig(steps=12, lr=5e-3, warmup_steps=2, log_every=1, progress=False, seed=seed)
+    base = counting_batches(seed)
+
+    def slow_then_stop(step, rank, world):
+        if step < 5:
+            busy = time.process_time() + 0.05  # burn CPU so the first call's share is clearly non-zero
+            while time.process_time() < busy:
+                pass
+        if step == 5:
+            os.kill(os.getpid(), signal.SIGINT)
+        return base(step, rank, world)
+
+    run = tmp_path / "run"
+    first = train(tiny_model(seed), lm_loss, slow_then_stop, cfg, checkpoint_dir=run)
+    assert first.interrupted and first.cpu_seconds >= 0.25
+    assert first.total_cpu_seconds == pytest.approx(first.cpu_seconds, abs=1e-3)  # nothing resumed
+    saved = read_state(run)["state"]["spent"]
+    assert saved["cpu_seconds"] == pytest.approx(first.total_cpu_seconds, abs=0.05)
+    second = train(tiny_model(seed), lm_loss, base, cfg, checkpoint_dir=run, resume=True)
+    assert second.step == 12
+    assert second.total_cpu_seconds == pytest.approx(saved["cpu_seconds"] + second.cpu_seconds, abs=1e-6)
+    assert second.total_seconds == pytest.approx(saved["seconds"] + second.seconds, abs=1e-6)
+    assert second.total_cpu_seconds > second.cpu_seconds + 0.2

@@ -159,7 +159,11 @@ class TrainResult:
     evals: list[dict[str, Any]] = field(default_factory=list)  #: {"step", **metrics}
     checkpoint: str | None = None  #: last checkpoint written
     seconds: float = 0.0  #: wall time of this call
+    cpu_seconds: float = 0.0  #: CPU time of this process during this call
     tokens: int = 0  #: supervised tokens seen in this call (all ranks)
+    #: wall and CPU seconds (this process) of the whole run: this call plus every call it resumed
+    total_seconds: float = 0.0
+    total_cpu_seconds: float = 0.0
     stopped_early: bool = False  #: ``stop_when`` said an evaluation was good enough before ``config.steps``
 
     @property
@@ -352,6 +356,7 @@ def train(
     inner = model
     optimizer = make_optimizer(inner, config)
     start, history, evals = 0, [], []
+    spent = {"seconds": 0.0, "cpu_seconds": 0.0}  # by the calls this one resumes (saved in every checkpoint)
     if resume:
         if info.is_main:
             clean_temporaries(checkpoint_dir)  # type: ignore[arg-type]
@@ -360,6 +365,9 @@ def train(
         meta = load_checkpoint(saved["path"], model=inner, optimizer=optimizer, rank=info.rank,
                                world_size=info.world_size)
         start, history, evals = meta["step"], meta["state"].get("history", []), meta["state"].get("evals", [])
+        before = meta["state"].get("spent")
+        if isinstance(before, dict):  # checkpoints written before this was recorded have none: 0
+            spent = {k: float(before.get(k, 0.0)) for k in spent}
         _check_optimizer_settings(optimizer, config, saved["path"])
     else:
         torch.manual_seed(config.seed + info.rank)
@@ -367,6 +375,12 @@ def train(
         ids = [info.device.index] if info.device.type == "cuda" else None
         model = nn.parallel.DistributedDataParallel(inner, device_ids=ids)
     params = [p for g in optimizer.param_groups for p in g["params"]]
+
+    def totals() -> dict[str, float]:
+        return {"seconds": spent["seconds"] + time.perf_counter() - began,
+                "cpu_seconds": spent["cpu_seconds"] + time.process_time() - cpu_began}
+
+    began, cpu_began = time.perf_counter(), time.process_time()
 
     def save(step: int) -> str | None:
         if checkpoint_dir is None:
@@ -376,7 +390,7 @@ def train(
         if info.is_main:
             state = {"train_config": config.to_dict(), "scheduler": {"kind": "warmup-cosine", "next_step": step,
                      "lr": lr_at(min(step, config.steps - 1), config)}, "history": history, "evals": evals,
-                     "world_size": info.world_size, **(extra_state or {})}
+                     "world_size": info.world_size, "spent": totals(), **(extra_state or {})}
             path = str(save_checkpoint(checkpoint_dir, model=inner, step=step, optimizer=optimizer,
                                        rng_states=rng, state=state, keep_last=config.keep_checkpoints))
         if info.world_size > 1:
@@ -398,7 +412,6 @@ def train(
     result = TrainResult(step=start, interrupted=False, history=history, evals=evals)
     bar = tqdm(total=config.steps, initial=start, disable=not (config.progress and info.is_main),
                desc="train", dynamic_ncols=True, leave=False)
-    began = time.perf_counter()
     model.train()
     with _stop_on_signal() as flag:
         for step in range(start, config.steps):
@@ -454,7 +467,9 @@ def train(
         if not (result.interrupted or result.stopped_early):  # an early stop was just evaluated
             run_eval(result.step)
         result.checkpoint = save(result.step) or result.checkpoint
-    result.seconds = time.perf_counter() - began
+    result.seconds, result.cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
+    result.total_seconds = spent["seconds"] + result.seconds
+    result.total_cpu_seconds = spent["cpu_seconds"] + result.cpu_seconds
     if result.interrupted and info.is_main:
         where = f"; saved to {result.checkpoint} (continue with resume / --resume)" if result.checkpoint else ""
         print(f"posenc: interrupted at step {result.step} of {config.steps}{where}", flush=True)

@@ -158,7 +158,8 @@ def train_cell(
         {length: fraction}; ``in_range``/``beyond`` mean exact match; ``learned`` (the gate was
         passed), ``gate`` (threshold, the step it was passed at or None, its accuracy then, and
         the curve of every gate evaluation); ``steps``, ``final_loss``, ``seconds``,
-        ``cpu_seconds`` (this process's CPU time); ``interrupted`` after Ctrl-C.
+        ``cpu_seconds`` (this process's CPU time, training before an interruption included); ``interrupted``
+        after Ctrl-C.
     """
     info = dist_info()
     task = build_task(task_name, **(task_options or {}))
@@ -207,7 +208,9 @@ def train_cell(
                  "accuracy": last_gate, "curve": curve},
         "steps": result.step, "budget": config.train.steps, "final_loss": result.final_loss,
         "interrupted": result.interrupted,
-        "seconds": time.perf_counter() - began, "cpu_seconds": time.process_time() - cpu_began,
+        # the whole cell's time, training before an interruption included; testing added
+        "seconds": result.total_seconds + (time.perf_counter() - began - result.seconds),
+        "cpu_seconds": result.total_cpu_seconds + (time.process_time() - cpu_began - result.cpu_seconds),
         "history": result.history,
         "model": {"parameters": model.describe()["parameters"], "max_len": max_len,
                   "position": model.describe().get("position")},

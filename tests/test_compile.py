@@ -125,6 +125,23 @@ def test_randomized_training_compiles_and_draws_valid_positions(gen):
     assert torch.isfinite(out).all()
 
 
+def test_randomized_sampled_evaluation_compiles_and_draws_valid_positions(gen):
+    """eval_positions='sampled' (lengthgen's protocol) draws inside the graph too, and still refuses a cached continuation."""
+    options = {"max_len": 40, "eval_positions": "sampled"}
+    model = build_decoder_only(small_config("randomized", position_options=options)).eval()
+    ids = torch.randint(0, VOCAB, (2, 8), generator=gen)
+    dynamo.reset()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    out = compiled(ids)
+    assert out.shape == (2, 8, VOCAB) and torch.isfinite(out).all()
+    # the draws are positions, not the contiguous 0 … T-1: the logits differ from the 'given' model's
+    given = build_decoder_only(small_config("randomized", position_options={"max_len": 40})).eval()
+    given.load_state_dict(model.state_dict())
+    assert not torch.allclose(out, given(ids))
+    with pytest.raises(Exception, match="cached continuation"):
+        compiled(ids, positions=torch.arange(3, 11).expand(2, 8))
+
+
 # -- validation: clear errors, no graph break ---------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["eager", pytest.param("aot_eager", marks=pytest.mark.slow)])
 def test_out_of_range_ids_raise_inside_the_graph(backend, gen):

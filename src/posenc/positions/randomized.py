@@ -22,8 +22,10 @@ positions it has already seen.
   evaluation is a deterministic function of the weights and the input and
   does not move the training draws. Whole sequences only (positions must start
   at 0): a cached continuation is refused.
-* Under ``torch.compile`` (training) the draws come from the global RNG
-  instead of the scheme's generator (see ``sample_positions``).
+* Under ``torch.compile`` (training, and evaluation with ``"sampled"``) the
+  draws come from the global RNG instead of the scheme's generator (see
+  ``sample_positions``): the same distribution, but a compiled sampled
+  evaluation is reproducible only through ``torch.manual_seed``, not ``seed``.
 
 Shape legend: B batch, T sequence length, D width.
 """
@@ -143,7 +145,9 @@ class RandomizedPositions(AdditiveScheme):
                                  "re-drawn; use eval_positions='given' to decode with a cache",
                          compiled_message="randomized (eval_positions='sampled') draws positions for whole "
                                           "sequences; a cached continuation cannot be re-drawn")
-            fresh = torch.Generator().manual_seed(self.seed + _EVAL_SEED_OFFSET)  # the same draws on every call
+            # the same draws on every call; a generator cannot enter a compiled graph, where the draw comes
+            # from the global RNG instead (sample_positions), as in compiled training
+            fresh = None if compiling() else torch.Generator().manual_seed(self.seed + _EVAL_SEED_OFFSET)
             positions = self.sample_positions(x.shape[0], x.shape[-2], device=x.device, generator=fresh).to(x.device)
         return super().add(x, positions)
 

@@ -27,7 +27,7 @@ FLAGS = {
     "lengthgen": ["--batch-size", "--dim", "--dropout", "--eval-every", "--eval-examples", "--framing", "--fresh",
                   "--heads", "--jobs", "--layers", "--lr", "--out", "--position", "--quick", "--quiet", "--report-only",
                   "--seeds", "--shard", "--steps", "--task", "--test-max", "--threads", "--threshold", "--train-max"],
-    "perplexity": ["--device", "--dtype", "--json", "--max-tokens", "--pairing", "--quiet", "--stride", "--threads",
+    "perplexity": ["--device", "--dtype", "--json", "--max-tokens", "--pairing", "--per-token", "--quiet", "--stride", "--threads",
                    "--window"],
     "schemes": ["--dim", "--heads", "--json"],
     "train": ["--batch-size", "--checkpoint-dir", "--checkpoint-every", "--dim", "--dropout", "--eval-every",

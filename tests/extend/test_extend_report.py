@@ -77,3 +77,63 @@ def test_first_break_window(seed):
 
     assert first_break(nll, 5.0, 20) == 301  # entry 300 is the loss of the token at position 301
     assert first_break(nll[:300], 5.0, 20) is None
+
+
+def _nll_cell(nll, l0, method="rope", factor=None, doc="d"):
+    """A loss cell whose buckets are computed from ``nll`` as the grid computes them."""
+    import torch
+
+    from posenc.extend.loss import bucket_edges, bucket_perplexity
+
+    length = len(nll) + 1
+    buckets = bucket_perplexity(torch.tensor(nll, dtype=torch.float64), bucket_edges(length, l0))
+    return {"kind": "loss", "document": doc, "source": "src", "method": method, "factor": factor,
+            "original_max_len": l0, "length": length, "buckets": buckets, "seconds": 1.0, "nll": list(nll),
+            "sdpa": {"causal_path_only": True}, "curve": {"position": [1, 2], "ppl": [3, 4], "window": 1}}
+
+
+def test_break_statements_cannot_contradict_on_a_synthetic_curve(seed):
+    """A text whose first tokens (no context yet) are far above the in-range level, flat to 2·L₀ but for
+    one spike past L₀ too short to lift its bucket: the report must neither put a break at position 1
+    nor say a bucket breaks where no window does (quick runs printed "never exceeds 2×" beside
+    "the first above 2× starts at position 1")."""
+    rng = random.Random(seed)
+    l0 = 256
+    nll = [math.log(rng.uniform(4.5, 5.5)) for _ in range(2 * l0 - 1)]  # targets 1 … 2·L₀ − 1
+    nll[:10] = [math.log(400.0)] * 10  # the start of the text: no context
+    doc = summarise([_nll_cell(nll, l0)])["loss"]["d"]
+    assert doc["plain_breaks_at"] is None and doc["plain_breaks_window"] == {"window": 16, "at": None}
+    line = summarise([_nll_cell(nll, l0)])["reading"][0]
+    assert "has no 128-token bucket past L₀ above 2×" in line and "nor does any window of 16 tokens" in line
+    assert "position 1 " not in line
+    # one 16-token spike past L₀: the window sees it, the bucket's average does not; both said without conflict
+    spiky = nll[:]
+    spiky[300 - 1:316 - 1] = [math.log(60.0)] * 16  # targets 300 … 315
+    doc = summarise([_nll_cell(spiky, l0)])["loss"]["d"]
+    assert doc["plain_breaks_at"] is None and doc["plain_breaks_window"]["at"] in (288, 304)
+    line = summarise([_nll_cell(spiky, l0)])["reading"][0]
+    assert "has no 128-token bucket past L₀" in line and "the first above 2× starts at position" in line
+    # a real break past 1.5·L₀: the bucket breaks there and the first window above is inside it
+    broken = nll[:]
+    broken[384 - 1:] = [math.log(rng.uniform(20, 30)) for _ in range(len(nll) - 383)]
+    doc = summarise([_nll_cell(broken, l0)])["loss"]["d"]
+    assert doc["plain_breaks_at"] == 384 and doc["plain_breaks_window"]["at"] == 384
+    assert "breaks from position 384" in summarise([_nll_cell(broken, l0)])["reading"][0]
+
+
+@pytest.mark.parametrize("l0", [100, 256, 90])
+def test_a_breaking_bucket_always_holds_a_breaking_window(l0, seed):
+    """The windows tile the buckets past L₀ (cut at their edges, also when L₀/16 does not divide L₀/2), so a
+    bucket above the threshold always has a window above it, starting inside that bucket or earlier."""
+    from posenc.extend.report import first_break
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        nll = [rng.uniform(0.5, 3.5) for _ in range(rng.randint(l0 + 1, 3 * l0))]
+        doc = summarise([_nll_cell(nll, l0)])["loss"]["d"]
+        at, fine = doc["plain_breaks_at"], doc["plain_breaks_window"]["at"]
+        assert fine is None or fine >= l0  # never before L₀
+        if at is not None:
+            assert fine is not None and fine < at + l0 // 2
+        in_range = summarise([_nll_cell(nll, l0)])["loss"]["d"]["rows"][0]["in_range_ppl"]
+        assert first_break(nll, in_range, max(1, l0 // 16), start=l0) in (None, *range(l0, len(nll) + 1))

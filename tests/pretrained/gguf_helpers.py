@@ -110,11 +110,13 @@ def gguf_tensors(model) -> dict[str, np.ndarray]:
 
 def write_gguf(path: Path, model, tok_fields: dict[str, Any], *, qtype: str = "F32", arch: str = "llama",
                drop: tuple[str, ...] = (), replace: dict[str, Any] | None = None,
-               tokenizer_model: str = "gpt2", pre: str = "gpt-2", meta: dict[str, Any] | None = None) -> Path:
+               tokenizer_model: str = "gpt2", pre: str = "gpt-2", meta: dict[str, Any] | None = None,
+               extra: dict[str, np.ndarray] | None = None) -> Path:
     """Write ``model`` as a GGUF file like llama.cpp's converter (2-D weights in ``qtype``, norms in F32).
 
     ``drop`` leaves tensors out, ``replace`` swaps a tensor's array (or ``(raw_bytes, type_name)``),
-    ``meta`` adds or overrides (value None: removes) llama.cpp metadata keys — for the bad-file tests.
+    ``meta`` adds or overrides (value None: removes) llama.cpp metadata keys, ``extra`` adds F32 tensors
+    (e.g. Llama 3.1's ``rope_freqs.weight``) — for the bad-file tests.
     """
     cfg = model.config
     w = gguf.GGUFWriter(str(path), arch)
@@ -147,7 +149,7 @@ def write_gguf(path: Path, model, tok_fields: dict[str, Any], *, qtype: str = "F
     w.add_token_list(tok_fields["tokens"])
     w.add_token_merges(tok_fields["merges"])
     w.add_token_types(tok_fields["types"])
-    for name, arr in gguf_tensors(model).items():
+    for name, arr in (gguf_tensors(model) | (extra or {})).items():
         if name in drop:
             continue
         if replace and name in replace:

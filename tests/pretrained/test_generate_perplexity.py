@@ -115,6 +115,45 @@ def test_perplexity_command_equals_hf_loss(folder, capsys):
     assert strided["tokens"] == ids.shape[1] - 1 and math.isfinite(strided["perplexity"])
 
 
+def test_perplexity_per_token_losses_equal_hf_and_average_to_the_printed_loss(folder, tmp_path, capsys):
+    hf, hf_tok = hf_pair(folder)
+    text_file = tmp_path / "text.txt"
+    text_file.write_text(TEXT[:400])
+    ids = hf_tok(TEXT[:400])["input_ids"]
+    window, stride = 16, 6
+    out = tmp_path / "per-token.jsonl"
+    assert main(["perplexity", str(folder), str(text_file), "--window", str(window), "--stride", str(stride),
+                 "--per-token", str(out), "--json", "-", "--quiet"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    # every scored token once, in order, with its id and its text
+    assert [r["index"] for r in rows] == list(range(1, len(ids))) and len(rows) == result["tokens"]
+    assert [r["id"] for r in rows] == ids[1:]
+    assert [r["text"] for r in rows] == [hf_tok.decode([t]) for t in ids[1:]]
+    # their mean is the loss the command reports
+    mean = math.fsum(r["loss"] for r in rows) / len(rows)
+    assert mean == pytest.approx(result["nll_per_token"], rel=1e-12)
+    assert math.exp(mean) == pytest.approx(result["perplexity"], rel=1e-12)
+    # and each equals HF's model on the same window, in float64 log-softmax
+    ref = []
+    with torch.no_grad():
+        for start, end, scored in window_plan(len(ids), window, stride):
+            chunk = torch.tensor([ids[start:end]])
+            logp = torch.log_softmax(hf(chunk).logits[0].double(), dim=-1)  # (T, V)
+            targets = chunk[0, -scored:]
+            ref += (-logp[-scored - 1:-1].gather(1, targets[:, None])[:, 0]).tolist()
+    assert len(ref) == len(rows)
+    assert [r["loss"] for r in rows] == pytest.approx(ref, abs=1e-4)
+    # '-' prints the rows on stdout and moves the summary to stderr; both on stdout is refused
+    assert main(["perplexity", str(folder), str(text_file), "--window", str(window), "--stride", str(stride),
+                 "--per-token", "-", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert [json.loads(line) for line in captured.out.splitlines()] == rows
+    assert captured.err.startswith("perplexity ")
+    assert main(["perplexity", str(folder), str(text_file), "--per-token", "-", "--json", "-", "--quiet"]) == 2
+    assert "both ask for stdout" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("n,window,stride", [(10, 4, 2), (10, 4, 4), (11, 5, 3), (2, 8, 4), (100, 7, 1)])
 def test_window_plan_scores_every_token_once(n, window, stride):
     plan = window_plan(n, window, stride)

@@ -171,6 +171,24 @@ def test_unsupported_tokenizer(tmp_path: Path, tok, model, kwargs, message) -> N
         read_gguf(path)
 
 
+@pytest.mark.parametrize("case", ["qwen2-arch", "sentencepiece", "rope_freqs", "partial-rotary"])
+def test_refusals_the_readme_names(tmp_path: Path, tok, model, case: str) -> None:
+    """What README and the module docs say GGUF refuses: Qwen2-architecture files, SentencePiece
+    tokenizers (Llama 2, TinyLlama, Mistral v0.1–v0.3), Llama 3.1-style ``rope_freqs``, partial rotary."""
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    kwargs, message = {
+        "qwen2-arch": ({"arch": "qwen2"}, r"architecture 'qwen2' is not supported"),
+        "sentencepiece": ({"tokenizer_model": "llama"}, r"tokenizer\.ggml\.model = 'llama' is not supported"),
+        "rope_freqs": ({"extra": {"rope_freqs.weight": np.ones(head_dim // 2, dtype=np.float32)}},
+                       r"tensor 'rope_freqs\.weight' \(llama 3 style RoPE frequency factors"),
+        "partial-rotary": ({"meta": {"llama.rope.dimension_count": head_dim // 2}},
+                           r"rope\.dimension_count = \d+ but the head width is \d+; partial rotary"),
+    }[case]
+    path = write_gguf(tmp_path / "m.gguf", model, tokenizer_fields(tok), **kwargs)
+    with pytest.raises(GGUFError, match=message):
+        read_gguf(path)
+
+
 @pytest.mark.parametrize(("meta", "expected"), [
     ({"llama.rope.scaling.type": "linear", "llama.rope.scaling.factor": 4.0}, {"rope_type": "linear", "factor": 4.0}),
     ({"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 2.0,

@@ -7,6 +7,16 @@ up to window − stride tokens of context before it. Stride = window gives
 disjoint windows (fastest, least context); a smaller stride gives more
 context per scored token. The first token of the file has no context and is
 not scored.
+
+``--per-token PATH`` (``-``: stdout) also writes each scored token's loss, one
+JSON object a line, in token order::
+
+    {"index": 1, "id": 504, "text": " capital", "loss": 3.2187}
+
+``index`` is the token's position in the tokenized file (0 is the unscored
+first token), ``id`` its vocabulary id, ``text`` the token decoded alone
+(special tokens kept; a piece of a multi-byte character decodes to U+FFFD),
+``loss`` its negative log-likelihood in nats. Their mean is the printed loss.
 """
 
 from __future__ import annotations
@@ -35,8 +45,13 @@ def window_plan(num_tokens: int, window: int, stride: int) -> list[tuple[int, in
     return plan
 
 
-def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool = False) -> tuple[float, int]:
-    """(summed negative log-likelihood in nats, tokens scored) over the windows of ``plan``."""
+def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool = False,
+          per_token: list[float] | None = None) -> tuple[float, int]:
+    """(summed negative log-likelihood in nats, tokens scored) over the windows of ``plan``.
+
+    With ``per_token`` (a list), each scored token's loss is appended to it in token order
+    (``plan`` scores tokens 1, 2, … once each); the returned sum is the sum of those values.
+    """
     import torch
     import torch.nn.functional as F
     from tqdm import tqdm
@@ -48,14 +63,43 @@ def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool
             h = model.hidden(window)[:, -scored - 1:-1]  # (1, scored, D): the positions that predict scored tokens
             logits = model.head(h).float()  # (1, scored, V)
             targets = window[:, -scored:]
-            total += float(F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="sum"))
+            losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").double()  # (scored,)
+            total += float(losses.sum())
             count += scored
+            if per_token is not None:
+                per_token.extend(losses.tolist())
     return total, count
+
+
+def per_token_rows(tokenizer: Any, ids: list[int], losses: list[float]) -> list[dict[str, Any]]:
+    """One row per scored token (tokens 1 … len(ids) − 1): index, id, text, loss in nats."""
+    if len(losses) != len(ids) - 1:
+        raise AssertionError(f"{len(losses)} losses for {len(ids) - 1} scored tokens")
+    return [{"index": i, "id": ids[i], "text": tokenizer.decode([ids[i]], skip_special_tokens=False), "loss": loss}
+            for i, loss in enumerate(losses, start=1)]
+
+
+def write_per_token(target: str, rows: list[dict[str, Any]]) -> None:
+    """JSON lines to ``target`` ('-': stdout; a file is written atomically)."""
+    import json
+
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    if target == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    from posenc.checkpoint import atomic_write_text
+
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    if args.per_token == "-" and json_to_stdout(args):
+        raise ValueError("--per-token - and --json - both ask for stdout; send one of them to a file")
     path = Path(args.file)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such text file")
@@ -77,18 +121,21 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{path}: {len(ids)} token(s); perplexity needs at least 2")
     plan = window_plan(len(ids), window, stride)
     start = time.perf_counter()
-    nll, count = score(pm.model, torch.tensor(ids, device=args.device), plan, quiet=args.quiet)
+    losses: list[float] | None = [] if args.per_token is not None else None
+    nll, count = score(pm.model, torch.tensor(ids, device=args.device), plan, quiet=args.quiet, per_token=losses)
     seconds = time.perf_counter() - start
+    if losses is not None:
+        write_per_token(args.per_token, per_token_rows(pm.tokenizer, ids, losses))
     result = {
         "model": args.model, "file": str(path), "tokens": count, "perplexity": math.exp(nll / count),
         "nll_per_token": nll / count, "bits_per_token": nll / count / math.log(2), "window": window,
         "stride": stride, "windows": len(plan), "seconds": seconds, "tokens_per_s": sum(e - s for s, e, _ in plan) / seconds,
         "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(), "position": pm.config.position,
     }
-    if not json_to_stdout(args):
+    if not json_to_stdout(args):  # with --per-token - on stdout, the summary goes to stderr
         print(f"perplexity {result['perplexity']:.3f} over {count:,} tokens "
               f"(loss {result['nll_per_token']:.4f} nats/token; window {window}, stride {stride}, "
-              f"{len(plan)} windows, {seconds:.1f} s)")
+              f"{len(plan)} windows, {seconds:.1f} s)", file=sys.stderr if args.per_token == "-" else sys.stdout)
     write_json(args, result)
     return 0
 
@@ -97,11 +144,16 @@ def register(sub: Any) -> None:
     p = sub.add_parser("perplexity", help="per-token loss of a pretrained model over a text file, in windows",
                        description="Score every token of a UTF-8 text file with a pretrained Llama-family model "
                                    "(HF folder or .gguf) in windows of --window tokens every --stride tokens; "
-                                   "print the perplexity and the number of tokens scored.")
+                                   "print the perplexity and the number of tokens scored; --per-token writes "
+                                   "each scored token's loss.")
     add_model_flags(p)
     p.add_argument("file", metavar="FILE", help="a UTF-8 text file")
     p.add_argument("--window", type=int, metavar="T",
                    help="tokens per forward pass (default min(1024, the model's trained context))")
     p.add_argument("--stride", type=int, metavar="S", help="tokens between window starts (default window / 2)")
     p.add_argument("--max-tokens", type=int, metavar="N", help="score only the first N tokens of the file")
+    p.add_argument("--per-token", metavar="PATH",
+                   help="also write each scored token's loss as JSON lines to PATH ('-': stdout, the summary then "
+                        "goes to stderr): {\"index\", \"id\", \"text\", \"loss\"} per token, loss in nats; "
+                        "their mean is the printed loss")
     p.set_defaults(func=run)

@@ -21,7 +21,7 @@ from posenc.extend.passkey import wilson
 from posenc.lab.report import CSS, fmt_number, pyplot
 
 PLAIN = "rope"
-BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket whose perplexity exceeds this × its in-range perplexity
+BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket past L₀ whose perplexity exceeds this × its in-range one
 FLAT_RATIO = 1.25  # a method "stays flat" when its perplexity past L₀ is within this × its own in-range perplexity
 YARN_CLAIM = ("YaRN paper (Peng et al., 2023), without fine-tuning: dynamic scaling and YaRN hold perplexity "
               "past L₀ far better than position interpolation (PI), and plain RoPE degrades sharply")
@@ -42,11 +42,34 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a / b
 
 
-def first_break(nll: Sequence[float], in_range_ppl: float, window: int) -> int | None:
-    """Start of the first ``window``-token stretch whose perplexity exceeds BREAK_RATIO × ``in_range_ppl``."""
-    for start in range(0, len(nll) - window + 1, window):
-        if math.exp(sum(nll[start:start + window]) / window) > BREAK_RATIO * in_range_ppl:
-            return start + 1  # entry p is the loss of the token at position p + 1
+def first_break(nll: Sequence[float], in_range_ppl: float, window: int, *, edges: Sequence[int] | None = None,
+                start: int = 0) -> int | None:
+    """First target position of the first ``window``-token stretch at or past ``start`` whose perplexity exceeds
+    BREAK_RATIO × ``in_range_ppl`` (None if none does).
+
+    Entry p of ``nll`` is the loss of the token at position p + 1. Stretches cover target positions
+    [a, a + window) from ``start`` on, cut at the bucket ``edges`` too (when given), so they tile every
+    bucket past ``start`` exactly: a bucket whose perplexity exceeds the threshold always holds a stretch
+    that does (the mean of its stretches' mean losses is its mean loss). The report scans from L₀: the
+    first tokens of a text, with little context, are above an in-range average for reasons unrelated
+    to position.
+    """
+    start, end = max(start, 1), len(nll) + 1  # target positions start..end-1 (position 0 has no loss)
+    cuts = sorted({start, end, *(e for e in (edges or ()) if start < e < end)})
+    limit = math.log(BREAK_RATIO * in_range_ppl)
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        for a in range(lo, hi, window):
+            b = min(a + window, hi)
+            if math.fsum(nll[a - 1:b - 1]) / (b - a) > limit:
+                return a
+    return None
+
+
+def _break_bucket(edges: Sequence[int], ppls: Sequence[float | None], in_range_ppl: float, l0: int) -> int | None:
+    """Start of the first L₀/2 bucket at or past L₀ whose perplexity exceeds BREAK_RATIO × ``in_range_ppl``."""
+    for start, ppl in zip(edges, ppls):
+        if start >= l0 and ppl is not None and ppl > BREAK_RATIO * in_range_ppl:
+            return start
     return None
 
 
@@ -83,15 +106,13 @@ def summarise_loss(cells: Sequence[dict[str, Any]], controls: Sequence[dict[str,
             r["flat_past_l0"] = None if reference is None else reference <= FLAT_RATIO
         doc["plain_breaks_at"] = doc["plain_breaks_window"] = None
         if plain is not None and plain["in_range_ppl"]:
-            for start, ppl in zip(doc["edges"], plain["buckets"]):
-                if ppl is not None and ppl > BREAK_RATIO * plain["in_range_ppl"]:
-                    doc["plain_breaks_at"] = start
-                    break
+            l0 = doc["original_max_len"]
+            doc["plain_breaks_at"] = _break_bucket(doc["edges"], plain["buckets"], plain["in_range_ppl"], l0)
             nll = plain_nll.get(name)
-            if nll:  # finer: the first stretch of L₀/16 tokens above the threshold
-                window = max(1, doc["original_max_len"] // 16)
-                doc["plain_breaks_window"] = {"window": window,
-                                              "at": first_break(nll, plain["in_range_ppl"], window)}
+            if nll:  # finer: the first stretch of L₀/16 tokens past L₀ above the threshold (tiles the buckets)
+                window = max(1, l0 // 16)
+                doc["plain_breaks_window"] = {"window": window, "at": first_break(
+                    nll, plain["in_range_ppl"], window, edges=doc["edges"], start=l0)}
     return docs
 
 
@@ -145,14 +166,18 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: 
         at = doc["plain_breaks_at"]
         plain = next((r for r in doc["rows"] if r["method"] == PLAIN), None)
         if plain:
-            where = (f"breaks from position {at} ({at / l0:.2g}·L₀: first bucket above {BREAK_RATIO:g}× its in-range "
-                     f"perplexity {fmt_number(plain['in_range_ppl'])})" if at is not None
-                     else f"never exceeds {BREAK_RATIO:g}× its in-range perplexity "
+            step = max(1, l0 // 2)
+            where = (f"breaks from position {at} ({at / l0:.2g}·L₀: first {step}-token bucket past L₀ above "
+                     f"{BREAK_RATIO:g}× its in-range perplexity {fmt_number(plain['in_range_ppl'])})" if at is not None
+                     else f"has no {step}-token bucket past L₀ above {BREAK_RATIO:g}× its in-range perplexity "
                           f"{fmt_number(plain['in_range_ppl'])} up to {doc['length']} tokens")
             fine = doc.get("plain_breaks_window") or {}
+            # the windows tile the buckets past L₀: one can exceed where no whole bucket does, never the reverse
             if fine.get("at") is not None:
-                where += (f"; in windows of {fine['window']} tokens, the first above {BREAK_RATIO:g}× starts at "
-                          f"position {fine['at']} ({fine['at'] / l0:.3g}·L₀)")
+                where += (f"; in windows of {fine['window']} tokens past L₀, the first above {BREAK_RATIO:g}× starts "
+                          f"at position {fine['at']} ({fine['at'] / l0:.3g}·L₀)")
+            elif fine.get("window") is not None and at is None:
+                where += f"; nor does any window of {fine['window']} tokens past L₀"
             out.append(f"[{name}] plain RoPE {where}; past L₀ = {l0} it averages {fmt_number(plain['beyond_ppl'])}.")
         flat = [r["label"] for r in doc["rows"] if r["flat_past_l0"]]
         control = doc.get("control")

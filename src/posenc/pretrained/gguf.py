@@ -27,9 +27,29 @@ Three things differ from a Hugging Face checkpoint and are undone here:
   ``keep_interleaved=True`` the rows stay as stored and a model must rotate
   with posenc's interleaved pairing — both compute the same attention scores.
 
-Only ``general.architecture == "llama"`` is read (Llama, Mistral, SmolLM,
-TinyLlama files are all written under that name); other architectures are
-refused by name.
+What loads: ``general.architecture == "llama"`` with full rotary, RoPE
+scaling none / linear / yarn, the tensors of the llama layout (no biases) in
+one of :data:`SUPPORTED_TYPES`, and a byte-level BPE tokenizer
+(``tokenizer.ggml.model == "gpt2"``) whose ``tokenizer.ggml.pre`` is one of
+``posenc.pretrained.gguf_tokenizer.PRE_TOKENIZERS``. In practice: SmolLM /
+SmolLM2 files (checked against HF on the real SmolLM2-135M-Instruct Q4_1), and
+Llama 3.0-style files (pre ``llama-bpe``; not tried on a real file).
+
+Refused, each with an error naming the file and the key or tensor:
+
+- other architectures, e.g. ``qwen2`` (every Qwen2 GGUF);
+- SentencePiece tokenizers (``tokenizer.ggml.model == "llama"``): Llama 2,
+  TinyLlama and Mistral 7B v0.1–v0.3 files, although written under the
+  ``llama`` architecture; likewise a pre-tokenizer not in the list (e.g.
+  Mistral's ``tekken``);
+- a ``rope_freqs.weight`` tensor (Llama 3.1 / 3.2's llama3-type RoPE
+  frequency factors);
+- partial rotary (``llama.rope.dimension_count`` below the head width);
+- RoPE scaling types other than linear and yarn, and other GGML types.
+
+The models refused here load from their HF folders (``posenc.pretrained.hf``:
+model types llama, mistral, qwen2; any ``tokenizer.json``; partial rotary;
+RoPE types default, linear, dynamic, yarn, llama3, longrope).
 """
 
 from __future__ import annotations
@@ -201,8 +221,8 @@ def config_from_metadata(meta: dict[str, Any], path: Path, *, vocab_size: int | 
     arch = _need(meta, "general.architecture", path)
     if arch not in SUPPORTED_ARCHS:
         raise GGUFError(f"{path}: architecture {arch!r} is not supported; posenc reads GGUF architectures "
-                        f"{list(SUPPORTED_ARCHS)} (Llama, Mistral, SmolLM, TinyLlama files). Use the model's HF "
-                        "safetensors folder instead if posenc supports its model_type")
+                        f"{list(SUPPORTED_ARCHS)} (the name llama.cpp writes Llama, Mistral, SmolLM files under). "
+                        "Use the model's HF safetensors folder instead if posenc supports its model_type")
     key = lambda name: _need(meta, f"{arch}.{name}", path)  # noqa: E731
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
     kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))

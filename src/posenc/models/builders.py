@@ -37,11 +37,26 @@ def token_embedding(cfg: ModelConfig, vocab_size: int, scheme: PositionScheme) -
 
 def output_head(cfg: ModelConfig, token: TokenEmbedding, vocab_size: int) -> OutputHead:
     """The head over ``vocab_size``: ``token``'s table again when tied (it must then be D wide)."""
-    if cfg.tie_embeddings and token.dim != cfg.dim:
+    return output_head_for(token, dim=cfg.dim, vocab_size=vocab_size, tie=cfg.tie_embeddings, position=cfg.position)
+
+
+def output_head_for(token: TokenEmbedding, *, dim: int, vocab_size: int, tie: bool, position: str) -> OutputHead:
+    """A head D → ``vocab_size``, reusing ``token``'s table when ``tie``: the one tie/width check of every builder.
+
+    Args:
+        token: the model's token table; ``dim − token.dim`` is what the scheme ``position`` appends.
+        dim: model width D.
+        tie: reuse ``token``'s table as the head's weight.
+        position: the scheme's name, for the message.
+
+    Raises:
+        ValueError: ``tie`` with a token table narrower than the model (a widening scheme such as "naive").
+    """
+    if tie and token.dim != dim:
         raise ValueError(
-            f"cannot tie the output head: the {cfg.position!r} scheme widens token vectors "
-            f"({token.dim} → {cfg.dim}); set tie_embeddings=False")
-    return OutputHead(dim=cfg.dim, vocab_size=vocab_size, tied_to=token if cfg.tie_embeddings else None)
+            f"cannot tie the output head: the {position!r} scheme widens token vectors "
+            f"({token.dim} → {dim}); set tie_embeddings=False")
+    return OutputHead(dim=dim, vocab_size=vocab_size, tied_to=token if tie else None)
 
 
 def norm_factory(cfg: ModelConfig) -> NormFactory:

@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.models.config import JSONConfig
 from posenc.embedding import OutputHead, TokenEmbedding, count_parameters
+from posenc.models.builders import output_head_for
 from posenc.positions import PositionScheme, build, check_positions, default_positions
 from posenc.checks import compiling
 from posenc.positions.rotary import positions_fixed
@@ -337,9 +338,7 @@ def _assemble(cfg: LlamaConfig, position: PositionScheme) -> LlamaLM:
         )
         for _ in range(cfg.num_layers)
     ]
-    if cfg.tie_embeddings and token.dim != cfg.dim:
-        raise ValueError(f"cannot tie the output head: the {cfg.position!r} scheme widens token vectors "
-                         f"({token.dim} → {cfg.dim}); set tie_embeddings=False")
-    head = OutputHead(dim=cfg.dim, vocab_size=cfg.vocab_size, tied_to=token if cfg.tie_embeddings else None)
+    head = output_head_for(token, dim=cfg.dim, vocab_size=cfg.vocab_size, tie=cfg.tie_embeddings,
+                           position=cfg.position)
     return LlamaLM(config=cfg, embed=token, position=position, layers=layers,
                    norm=RMSNorm(cfg.dim, eps=cfg.norm_eps), head=head)

@@ -1,8 +1,11 @@
 """``posenc bench`` runs end to end at tiny sizes and records what it measured (no timing assertions)."""
 
+import importlib.util
 import json
+import sys
 
 import pytest
+import torch
 
 from posenc.bench import SUITES, report, run, timing, worker
 from posenc.cli import main
@@ -64,11 +67,25 @@ def test_attention_memory_worker_and_report_rendering():
     assert header[-1] == "peak_extra_mb" and rows[1][3] == "2.00" and rows[0][5] == "0.50×"
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread (the bench worker inherits it): on a shared 2-core machine, 2 threads wait on each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.slow
-def test_compile_suite_times_eager_and_compiled_contenders():
-    """The compile suite at tiny size (dynamo's eager backend: no C++ build): every contender timed, goals recorded."""
+def test_compile_suite_times_eager_and_compiled_contenders(one_thread):
+    """The compile suite at tiny size (dynamo's eager backend: no C++ build): every contender timed, goals recorded.
+
+    Two pairs: posenc RoPE vs torch.nn.Transformer, and posenc LlamaLM vs HF LlamaForCausalLM on the same weights
+    (their logits checked equal by the bench before timing), each eager and compiled, training and decoding.
+    """
     result = run(["compile"], size="tiny", allocators=["default"])
-    train, decode = result["cases"]
+    cases = result["cases"]
+    train, decode = cases[:2]
     contenders = {f"{m} {mode}" for m in ("posenc rope", "torch.nn.Transformer") for mode in ("eager", "compiled")}
     for case in (train, decode):
         assert set(case["stats"]) == contenders
@@ -76,3 +93,73 @@ def test_compile_suite_times_eager_and_compiled_contenders():
         assert all(v > 0 for v in case["facts"]["tokens_per_s"].values())
         assert "posenc rope compiled >= torch.nn.Transformer compiled" in case["facts"]["goals_met"]
     assert decode["facts"]["decoded_ids_equal_eager"] == {"posenc rope": True, "torch.nn.Transformer": True}
+
+    if importlib.util.find_spec("transformers") is None:
+        (skipped,) = cases[2:]
+        assert "transformers" in skipped["facts"]["skipped"] and not skipped["stats"]
+        pytest.skip("HF transformers is not installed: the Llama pair is skipped (reason recorded, checked above)")
+    llama_train, llama_decode = cases[2:]
+    assert llama_train["name"].endswith("Llama training step (AdamW)")
+    assert llama_decode["name"].startswith("eager vs torch.compile: Llama greedy decoding")
+    llamas = ("posenc llama", "HF LlamaForCausalLM")
+    contenders = {f"{m} {mode}" for m in llamas for mode in ("eager", "compiled")}
+    for case in (llama_train, llama_decode):
+        facts = case["facts"]
+        assert set(case["stats"]) == contenders and case["posenc"] == "posenc llama compiled"
+        assert set(facts["tokens_per_s"]) == contenders and all(v > 0 for v in facts["tokens_per_s"].values())
+        assert set(facts["compile_s"]) == {c for c in contenders if c.endswith("compiled")}
+        assert set(facts["goals_met"]) == {"posenc llama: compiled >= eager", "HF LlamaForCausalLM: compiled >= eager",
+                                           "posenc llama compiled >= HF LlamaForCausalLM compiled"}
+        assert facts["parameters"]["posenc llama"] == facts["parameters"]["HF LlamaForCausalLM"] > 0
+        assert facts["logits_max_abs_diff"] < 1e-5  # checked by the bench before timing (MismatchError otherwise)
+    assert set(llama_decode["facts"]["decoded_ids_equal_eager"]) == set(llamas)
+    assert isinstance(llama_decode["facts"]["decoded_ids_posenc_equal_hf"], bool)
+    markdown = report.render_markdown(result)
+    assert "| HF LlamaForCausalLM compiled |" in markdown and "| posenc llama eager |" in markdown
+
+
+TINY_LLAMA = {"vocab": 50, "dim": 16, "heads": 2, "layers": 1, "ffn": 32, "length": 8, "new_tokens": 3}
+
+
+def test_llama_pair_shares_weights_and_refuses_different_logits():
+    """posenc's loader fills LlamaLM from the HF model; a perturbed weight is a MismatchError, not a timing."""
+    pytest.importorskip("transformers")
+    from posenc.bench.compiled import check_llama_pair, llama_pair
+    from posenc.bench.suites import MismatchError
+
+    model, hf = llama_pair(TINY_LLAMA)
+    ids = torch.randint(0, 50, (2, 9), generator=torch.Generator().manual_seed(0))
+    assert check_llama_pair(model, hf, ids) < 1e-5
+    assert model.training and all(p.requires_grad for p in model.parameters())  # trainable, not loaded frozen
+    assert not any(p.data_ptr() == q.data_ptr() for p in model.parameters() for q in hf.parameters())
+    with torch.no_grad():
+        model.layers[0].ffn.down_proj.weight.mul_(1.5)
+    with pytest.raises(MismatchError, match="same weights but compute different logits"):
+        check_llama_pair(model, hf, ids)
+
+
+def test_llama_pair_is_skipped_with_a_reason_without_transformers(monkeypatch):
+    from posenc.bench.compiled import llama_pair
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers → ImportError
+    reason = llama_pair(TINY_LLAMA)
+    assert isinstance(reason, str) and "transformers is not installed" in reason
+    assert "not requested" in llama_pair({**TINY_LLAMA, "llama": False})
+
+
+def test_compile_cases_state_why_the_llama_pair_is_missing(monkeypatch):
+    """A worker result without the Llama pair: the seq2seq cases as before, then one case naming the reason."""
+    from posenc.bench import suites
+
+    names = [f"{m} {mode}" for m in ("posenc rope", "torch.nn.Transformer") for mode in ("eager", "compiled")]
+    stat = {"median_ms": 1.0, "p25_ms": 1.0, "p75_ms": 1.0, "repeats": 1, "faults_per_call": 0.0}
+    part = {"stats": {n: stat for n in names}, "tokens_per_s": {n: 1.0 for n in names},
+            "compile_s": {n: 1.0 for n in names if n.endswith("compiled")}}
+    fake = {"backend": "eager", "parameters": {"posenc rope": 1, "torch.nn.Transformer": 1},
+            "groups": {"seq2seq": ["posenc rope", "torch.nn.Transformer"]},
+            "llama": {"skipped": "HF transformers is not installed (no module)"},
+            "decode_agrees": {"posenc rope": True, "torch.nn.Transformer": True}, "train": part, "decode": part}
+    monkeypatch.setattr(worker, "run_in_subprocess", lambda spec: fake)
+    cases = suites.compile_cases("tiny")
+    assert [set(c.stats) for c in cases[:2]] == [set(names)] * 2
+    assert len(cases) == 3 and not cases[2].stats and "not installed" in cases[2].facts["skipped"]

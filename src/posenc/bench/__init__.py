@@ -7,8 +7,9 @@ partial rotation, fp32 and bf16, vs HF / torchtune / Meta / torch.compile),
 kernel and its memory), ``attention`` (SDPA vs naive softmax: time, peak
 memory), ``train`` (posenc's EncoderDecoder vs torch.nn.Transformer: tokens/s,
 peak memory), ``lab`` (the lab's measures at scale, when the lab is installed),
-``compile`` (posenc RoPE/ALiBi/T5 and torch.nn.Transformer, eager vs
-torch.compile: training and decoding tokens/s, compile time apart).
+``compile`` (eager vs torch.compile, training and decoding tokens/s, compile
+time apart: posenc RoPE/ALiBi/T5 vs torch.nn.Transformer, and posenc LlamaLM
+vs HF LlamaForCausalLM on the same weights).
 
 Every peer is checked against posenc before it is timed; see
 ``posenc.bench.timing`` for how allocation effects are controlled.

@@ -1,8 +1,19 @@
-"""Eager vs ``torch.compile``: training and cached-decoding throughput of posenc and its peer, one process.
+"""Eager vs ``torch.compile``: training and cached-decoding throughput of posenc and its peers, one process.
 
-Contenders (each eager and compiled): posenc's ``EncoderDecoder`` with RoPE,
-ALiBi and T5 biases, and ``torch.nn.Transformer`` wrapped as the same
-seq2seq model (``posenc.bench.peers.TorchTransformerSeq2Seq``).
+Contenders (each eager and compiled), in two pairs:
+
+* **seq2seq** — posenc's ``EncoderDecoder`` with RoPE, ALiBi and T5 biases, and
+  ``torch.nn.Transformer`` wrapped as the same seq2seq model
+  (``posenc.bench.peers.TorchTransformerSeq2Seq``);
+* **Llama** — HF ``transformers`` ``LlamaForCausalLM`` built from a small
+  random-weight ``LlamaConfig`` (SDPA attention, grouped-query with half as many
+  key/value heads, untied head, norm gains randomised), and posenc's ``LlamaLM``
+  loaded from that model's state dict and config by posenc's own checkpoint
+  loader (``posenc.pretrained.hf.llama_config_from_hf`` and ``load_llama_weights``:
+  q/k rows permuted to the interleaved pairing, as ``load_pretrained`` does).
+  Their logits must agree before anything is timed (``check_llama_pair``,
+  ``MismatchError`` otherwise). Skipped, with the reason recorded, where
+  ``transformers`` is not installed (``spec["llama"] = False`` skips it too).
 
 * **train** — one AdamW step on random tokens (forward, cross-entropy,
   backward, optimizer step); compiled = ``torch.compile(model)`` (forward and,
@@ -12,7 +23,17 @@ seq2seq model (``posenc.bench.peers.TorchTransformerSeq2Seq``).
   ``encode`` and ``decode`` compiled, the cache length marked dynamic: one
   decoding graph). ``nn.Transformer`` has no cache: it re-runs the decoder
   over the whole prefix each step, the way its tutorial decodes (compiled
-  with a dynamic target length).
+  with a dynamic target length). Llama: each library's own KV cache, a
+  prompt of S tokens then ``new_tokens`` greedy tokens (prefill included in
+  the time). posenc: ``generate`` with ``hidden`` compiled
+  (``fullgraph=True``), the cache length dynamic — as docs/compile.md says to
+  compile it. HF: a plain greedy loop calling the model with its cache
+  (``past_key_values``/``cache``, ``use_cache=True``, ``logits_to_keep=1`` as
+  HF's ``generate`` passes), compiled with ``dynamic=True`` and without
+  ``fullgraph`` (a graph break is the peer's to have).
+
+For the Llama pair "train" is next-token prediction on S + 1 random tokens
+(S predicted per row); tokens/s counts B·S in both pairs.
 
 All contenders of a kind are timed interleaved (``posenc.bench.timing.measure``)
 after each has been compiled; the first call of a compiled contender — its
@@ -24,17 +45,21 @@ Shape legend: B batch, S source length, T target length, V vocabulary.
 from __future__ import annotations
 
 import copy
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.bench.timing import measure
 from posenc.bench.worker import seq2seq_train_step
 
 PEER = "torch.nn.Transformer"
+LLAMA = "posenc llama"
+LLAMA_PEER = "HF LlamaForCausalLM"
 
 
 def _models(spec: dict[str, Any]) -> dict[str, nn.Module]:
@@ -75,6 +100,121 @@ def _decoder(model: nn.Module, name: str, *, compiled: bool, backend: str, src: 
     return lambda: model.generate(src, bos_id=1, max_new_tokens=new_tokens)
 
 
+# -- the Llama pair -----------------------------------------------------------------------------------------
+def _hf_cache_keyword(model: nn.Module) -> str:
+    """The cache argument of HF's forward: ``cache`` (transformers >= 5.2x) or ``past_key_values`` (before)."""
+    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+
+
+def llama_pair(spec: dict[str, Any]) -> tuple[nn.Module, nn.Module] | str:
+    """(posenc LlamaLM, HF LlamaForCausalLM) with the same random weights, or why the pair is skipped.
+
+    The HF model is built from a ``transformers.LlamaConfig`` of the spec's sizes
+    (seeded), its norm gains randomised (HF initialises them to one, which would
+    hide a swapped norm); posenc's model is built from that config's dict and
+    filled from that state dict by ``posenc.pretrained.hf`` — the loader
+    ``load_pretrained`` uses. Both are returned in training mode with every
+    parameter trainable.
+    """
+    if not spec.get("llama", True):
+        return "not requested (spec llama = false)"
+    try:
+        import transformers
+    except ImportError as err:
+        return (f"HF transformers is not installed ({err}); it is a test dependency: "
+                "pip install 'posenc[test]' to time posenc LlamaLM against LlamaForCausalLM")
+    from posenc.models.llama import build_llama
+    from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
+
+    heads = spec["heads"]
+    config = transformers.LlamaConfig(
+        vocab_size=spec["vocab"], hidden_size=spec["dim"], intermediate_size=spec["ffn"],
+        num_hidden_layers=spec["layers"], num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=max(2048, spec["length"] + spec["new_tokens"] + 1), rms_norm_eps=1e-5,
+        tie_word_embeddings=False)
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    model = build_llama(llama_config_from_hf(hf.config.to_dict()), device="meta")
+    # cloned: the loader keeps a float32 tensor as given, and the two models must not share storage
+    load_llama_weights(model, ((k, v.detach().clone()) for k, v in hf.state_dict().items()),
+                       source=f"{LLAMA_PEER} (random weights)")
+    for p in model.parameters():  # the loader loads for inference (frozen); the bench trains it
+        p.requires_grad_(True)
+    return model.train(), hf.train()
+
+
+def check_llama_pair(model: nn.Module, hf: nn.Module, ids: Tensor) -> float:
+    """Raise MismatchError unless posenc's and HF's logits on ``ids`` agree; return the max abs difference.
+
+    Tolerance: float32 round-off of two implementations of the same sums (as tests/pretrained).
+    """
+    from posenc.bench.suites import MismatchError, check_same
+
+    was = model.training, hf.training
+    model.eval(), hf.eval()
+    try:
+        with torch.no_grad():
+            want = hf(input_ids=ids, use_cache=False).logits  # (B, T, V)
+            got = model(ids)
+        try:
+            return check_same("posenc LlamaLM logits", got, want, atol=1e-5 * max(1.0, float(want.abs().max())),
+                              rtol=1e-4)
+        except MismatchError as err:
+            raise MismatchError(f"{err} — posenc LlamaLM and {LLAMA_PEER} were loaded with the same weights but "
+                                "compute different logits; the timings would compare different models") from None
+    finally:
+        model.train(was[0]), hf.train(was[1])
+
+
+def _hf_greedy(forward: Callable[..., Any], prompt: Tensor, new_tokens: int, cache_kw: str) -> Tensor:
+    """Greedy decoding with HF's own KV cache: the prompt once, then one token per call."""
+    out = forward(input_ids=prompt, use_cache=True, logits_to_keep=1)
+    ids = prompt
+    for i in range(new_tokens):
+        nxt = out.logits[:, -1].argmax(-1)  # (B,)
+        ids = torch.cat((ids, nxt[:, None]), dim=1)
+        if i + 1 < new_tokens:
+            out = forward(input_ids=nxt[:, None], use_cache=True, logits_to_keep=1,
+                          **{cache_kw: getattr(out, cache_kw)})
+    return ids
+
+
+def _llama_decoder(model: nn.Module, name: str, *, compiled: bool, backend: str, prompt: Tensor,
+                   new_tokens: int) -> Callable[[], Tensor]:
+    model = copy.deepcopy(model).eval()
+    if name == LLAMA_PEER:
+        forward = torch.compile(model, backend=backend, dynamic=True) if compiled else model
+        cache_kw = _hf_cache_keyword(model)
+        return torch.no_grad()(lambda: _hf_greedy(forward, prompt, new_tokens, cache_kw))
+    if compiled:  # generate calls hidden (then the head on the last position): compile hidden
+        model.hidden = torch.compile(model.hidden, backend=backend, fullgraph=True)
+    return lambda: model.generate(prompt, new_tokens)
+
+
+def lm_train_step(forward: Callable[[Tensor], Tensor], opt: torch.optim.Optimizer, ids: Tensor,
+                  vocab: int) -> Callable[[], float]:
+    """One causal-LM training step on ids (B, S + 1): predict tokens 1..S, cross-entropy, backward, update."""
+
+    def step() -> float:
+        logits = forward(ids[:, :-1])  # (B, S, V)
+        loss = F.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+    return step
+
+
+def _llama_logits(name: str, forward: Callable[..., Any]) -> Callable[[Tensor], Tensor]:
+    if name == LLAMA_PEER:
+        return lambda ids: forward(input_ids=ids, use_cache=False).logits
+    return forward
+
+
 def _first_call(fn: Callable[[], Any]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -94,6 +234,19 @@ def compile_bench(spec: dict[str, Any]) -> dict[str, Any]:
     models = _models(spec)
     out: dict[str, Any] = {"backend": backend, "parameters": {k: sum(p.numel() for p in m.parameters())
                                                               for k, m in models.items()}}
+    groups: dict[str, list[str]] = {"seq2seq": list(models)}
+    llamas: dict[str, nn.Module] = {}
+    pair = llama_pair(spec)  # checked before anything is compiled: a mismatch fails in seconds, not minutes
+    if isinstance(pair, str):
+        out["llama"] = {"skipped": pair}
+    else:
+        import transformers
+
+        out["llama"] = {"logits_max_abs_diff": check_llama_pair(*pair, tgt),
+                        "hf_cache_argument": _hf_cache_keyword(pair[1]), "transformers": transformers.__version__}
+        llamas = {LLAMA: pair[0], LLAMA_PEER: pair[1]}
+        groups["llama"] = list(llamas)
+        out["parameters"].update({k: sum(p.numel() for p in m.parameters()) for k, m in llamas.items()})
 
     train: dict[str, Callable[[], Any]] = {}
     decode: dict[str, Callable[[], Any]] = {}
@@ -107,9 +260,24 @@ def compile_bench(spec: dict[str, Any]) -> dict[str, Any]:
             first_s["train"][label] = _first_call(train[label])
             decode[label] = _decoder(model, name, compiled=compiled, backend=backend, src=src, new_tokens=new_tokens)
             first_s["decode"][label] = _first_call(decode[label])
+    for name, model in llamas.items():  # the Llama pair: prompt src (B, S); training predicts tgt's S next tokens
+        for compiled in (False, True):
+            label = f"{name} {'compiled' if compiled else 'eager'}"
+            m = copy.deepcopy(model).train()
+            forward = torch.compile(m, backend=backend) if compiled else m
+            train[label] = lm_train_step(_llama_logits(name, forward), torch.optim.AdamW(m.parameters(), lr=1e-4),
+                                         tgt, vocab)
+            first_s["train"][label] = _first_call(train[label])
+            decode[label] = _llama_decoder(model, name, compiled=compiled, backend=backend, prompt=src,
+                                           new_tokens=new_tokens)
+            first_s["decode"][label] = _first_call(decode[label])
+    if llamas:  # greedy ids of the two libraries, eager (recorded: a near-tie may flip an argmax)
+        out["llama"]["decoded_ids_posenc_equal_hf"] = bool(torch.equal(decode[f"{LLAMA} eager"](),
+                                                                        decode[f"{LLAMA_PEER} eager"]()))
+    out["groups"] = groups
     # decoded ids agree eager vs compiled (greedy; a near-tie may flip an argmax, so record rather than fail)
     out["decode_agrees"] = {name: bool(torch.equal(decode[f"{name} eager"](), decode[f"{name} compiled"]()))
-                            for name in models}
+                            for group in groups.values() for name in group}
     repeats, warmup = spec["repeats"], spec.get("warmup", 1)
     for kind, fns, tokens in (("train", train, batch * length), ("decode", decode, batch * new_tokens)):
         stats = measure(fns, repeats=repeats, warmup=warmup)

@@ -32,7 +32,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "attention": (1, 2, 32, 8), "train": {"batch": 2, "length": 8, "vocab": 50, "dim": 16, "heads": 2,
                                                "layers": 1, "ffn": 32, "steps": 1, "warmup": 1},
         "compile": {"batch": 2, "length": 8, "vocab": 50, "dim": 16, "heads": 2, "layers": 1, "ffn": 32,
-                    "new_tokens": 3, "repeats": 2, "schemes": ["rope"], "backend": "eager"},
+                    "new_tokens": 3, "repeats": 2, "schemes": ["rope"], "backend": "eager", "llama": True},
         "lab": (64, 16), "angle_positions": (10**4, 10**6), "train_dropouts": (0.0,),
     },
     "small": {
@@ -40,7 +40,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "attention": (2, 8, 1024, 64), "train": {"batch": 8, "length": 32, "vocab": 8000, "dim": 256, "heads": 4,
                                                    "layers": 3, "ffn": 1024, "steps": 2, "warmup": 1},
         "compile": {"batch": 8, "length": 64, "vocab": 2000, "dim": 128, "heads": 4, "layers": 1,
-                     "ffn": 512, "new_tokens": 16, "repeats": 5, "schemes": ["rope", "alibi", "t5"]},
+                     "ffn": 512, "new_tokens": 16, "repeats": 5, "schemes": ["rope", "alibi", "t5"], "llama": True},
         "lab": (8192, 256), "angle_positions": (10**4, 10**5, 10**6), "train_dropouts": (0.0,),
     },
     "full": {
@@ -48,7 +48,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "attention": (8, 16, 1024, 64), "train": {"batch": 32, "length": 64, "vocab": 8000, "dim": 256, "heads": 4,
                                                     "layers": 3, "ffn": 1024, "steps": 6, "warmup": 2},
         "compile": {"batch": 8, "length": 128, "vocab": 8000, "dim": 256, "heads": 4, "layers": 3,
-                    "ffn": 1024, "new_tokens": 32, "repeats": 7, "schemes": ["rope", "alibi", "t5"]},
+                    "ffn": 1024, "new_tokens": 32, "repeats": 7, "schemes": ["rope", "alibi", "t5"], "llama": True},
         "lab": (65536, 1024), "angle_positions": (10**4, 10**5, 10**6), "train_dropouts": (0.0, 0.1),
     },
 }
@@ -305,31 +305,48 @@ def train_cases(size: str) -> list[Case]:
 
 # -- eager vs torch.compile ---------------------------------------------------------------------------------
 def compile_cases(size: str) -> list[Case]:
-    """posenc (RoPE, ALiBi, T5) vs torch.nn.Transformer, eager and compiled: training and decoding tokens/s.
+    """Eager vs compiled, training and decoding tokens/s, in two pairs: posenc (RoPE, ALiBi, T5)
+    vs torch.nn.Transformer, and posenc LlamaLM vs HF LlamaForCausalLM on the same weights.
 
-    One fresh process times every contender interleaved (``posenc.bench.compiled``);
-    compile time (a compiled contender's first call) is reported apart.
+    One fresh process times every contender of both pairs interleaved
+    (``posenc.bench.compiled``); compile time (a compiled contender's first
+    call) is reported apart. One case per pair and kind; the Llama pair is a
+    single "skipped" case, with the reason, where ``transformers`` is missing.
     """
-    from posenc.bench.compiled import PEER
+    from posenc.bench.compiled import LLAMA, LLAMA_PEER, PEER
     from posenc.bench.worker import run_in_subprocess
 
     cfg = SIZES[size]["compile"]
     result = run_in_subprocess({"task": "compile", **cfg})
+    pairs = [("seq2seq", [f"posenc {s}" for s in cfg["schemes"]], PEER, "")]
+    if "llama" in result["groups"]:
+        pairs.append(("llama", [LLAMA], LLAMA_PEER, "Llama "))
     cases = []
-    for kind, what in (("train", "training step (AdamW)"), ("decode", f"greedy decoding, {cfg['new_tokens']} tokens")):
-        part = result[kind]
-        stats = {k: Stats(**v) for k, v in part["stats"].items()}
-        rate = part["tokens_per_s"]
-        models = [f"posenc {s}" for s in cfg["schemes"]] + [PEER]
-        goals = {f"{m}: compiled >= eager": rate[f"{m} compiled"] >= rate[f"{m} eager"] for m in models}
-        goals.update({f"posenc {s} compiled >= {PEER} compiled": rate[f"posenc {s} compiled"] >= rate[f"{PEER} compiled"]
-                      for s in cfg["schemes"]})
-        facts = {"config": cfg, "backend": result["backend"], "tokens_per_s": rate, "compile_s": part["compile_s"],
-                 "goals_met": goals, "parameters": result["parameters"]}
-        if kind == "decode":
-            facts["decoded_ids_equal_eager"] = result["decode_agrees"]
-        cases.append(Case("compile", f"eager vs torch.compile: {what}", stats, None,
-                          f"posenc {cfg['schemes'][0]} compiled", facts))
+    for group, mine, peer, prefix in pairs:
+        for kind, what in (("train", "training step (AdamW)"),
+                           ("decode", f"greedy decoding, {cfg['new_tokens']} tokens")):
+            part = result[kind]
+            names = [*mine, peer]
+            labels = [f"{m} {mode}" for m in names for mode in ("eager", "compiled")]
+            stats = {k: Stats(**part["stats"][k]) for k in labels}
+            rate = {k: part["tokens_per_s"][k] for k in labels}
+            goals = {f"{m}: compiled >= eager": rate[f"{m} compiled"] >= rate[f"{m} eager"] for m in names}
+            goals.update({f"{m} compiled >= {peer} compiled": rate[f"{m} compiled"] >= rate[f"{peer} compiled"]
+                          for m in mine})
+            facts: dict[str, Any] = {
+                "config": cfg, "backend": result["backend"], "tokens_per_s": rate,
+                "compile_s": {k: v for k, v in part["compile_s"].items() if k in labels}, "goals_met": goals,
+                "parameters": {m: result["parameters"][m] for m in names}}
+            if kind == "decode":
+                facts["decoded_ids_equal_eager"] = {m: result["decode_agrees"][m] for m in names}
+            if group == "llama":
+                facts.update({k: v for k, v in result["llama"].items()
+                              if k != "decoded_ids_posenc_equal_hf" or kind == "decode"})
+            cases.append(Case("compile", f"eager vs torch.compile: {prefix}{what}", stats, None,
+                              f"{mine[0]} compiled", facts))
+    if "llama" not in result["groups"]:
+        cases.append(Case("compile", f"eager vs torch.compile: {LLAMA} vs {LLAMA_PEER}", {}, None, None,
+                          {"skipped": result["llama"]["skipped"]}))
     return cases
 
 

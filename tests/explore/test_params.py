@@ -84,11 +84,26 @@ def test_option_values_are_parsed():
     assert parse_view({"scheme": "t5", "opt.bidirectional": "false"}).options == {"bidirectional": False}
 
 
-def test_the_work_cap_refuses_a_large_property_row():
-    small = parse_view({"dim": "64", "length": "512"})
-    params.check_work(small, table_width=64, heads=4)
-    big = parse_view({"dim": "1024", "length": "4096"})
+def test_the_cost_model_refuses_a_large_property_row():
+    small = params.property_seconds("t5", {}, length=512, heads=4, table_width=None)
+    big = params.property_seconds("sinusoidal", {}, length=4096, heads=1, table_width=1024)
+    assert small <= params.REQUEST_SECONDS < big
+    # FIRE's MLP width scales its cost; a wider MLP admits a shorter L
+    assert params.property_seconds("fire", {"mlp_width": 128}, length=256, heads=4, table_width=None) > \
+        params.property_seconds("fire", {}, length=256, heads=4, table_width=None)
+
+
+def test_options_that_size_tables_are_capped_by_name():
+    largest = params.largest_options("learned", 64)["max_len"]
+    assert largest * 64 <= params.MAX_TABLE_ENTRIES < (largest + 1) * 64
+    assert parse_view({"scheme": "learned", "dim": "64", "opt.max_len": str(largest)}).options["max_len"] == largest
     with pytest.raises(ParamError) as info:
-        params.check_work(big, table_width=1024, heads=4)
-    assert info.value.field == "length" and "posenc lab properties --dim 1024 --length 4096" in info.value.en
-    assert params.property_work(big, table_width=1024, heads=4) > params.WORK_LIMIT
+        parse_view({"scheme": "learned", "dim": "64", "opt.max_len": str(largest + 1)})
+    assert info.value.field == "opt.max_len" and f"{largest + 1}" in info.value.en and f"{largest:,}" in info.value.en
+    for scheme, option in (("shaw", "max_distance"), ("t5", "num_buckets"), ("randomized", "max_len"),
+                           ("fire", "mlp_width")):
+        top = params.largest_options(scheme, 64)[option]
+        parse_view({"scheme": scheme, "dim": "64", f"opt.{option}": str(top)})
+        with pytest.raises(ParamError) as info:
+            parse_view({"scheme": scheme, "dim": "64", f"opt.{option}": str(top + 1)})
+        assert info.value.field == f"opt.{option}" and str(top + 1) in info.value.en, scheme

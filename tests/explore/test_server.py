@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,7 +14,9 @@ from urllib.parse import urlencode
 
 import pytest
 
-from posenc.explore import views
+from posenc.explore import params, views
+from posenc.explore.params import parse_view
+from posenc.explore.server import ExploreServer, make_server
 from posenc.lab.core import LabConfig
 from posenc.lab.experiments import EXPERIMENTS
 from posenc.positions import names
@@ -72,8 +75,72 @@ def test_repeated_and_oversized_queries_are_refused(server):
 def test_the_size_cap_refuses_before_computing(server):
     start = time.perf_counter()
     status, body = api(server, "/api/properties", scheme="sinusoidal", dim=1024, length=4096)
-    assert status == 400 and body["error"]["field"] == "length" and "cap" in body["error"]["en"]
+    assert status == 400 and body["error"]["field"] == "length" and "limit of 1 s" in body["error"]["en"]
+    assert "L = 4096" in body["error"]["en"] and "posenc lab properties --dim 1024 --length 4096" in body["error"]["en"]
     assert time.perf_counter() - start < 30  # refused, not computed (the row would take minutes)
+
+
+def _largest(endpoint, **query):
+    req = parse_view({k: str(v) for k, v in query.items()})
+    scheme = views.build_scheme(req)
+    return params.largest_length(lambda n: views.request_seconds(req, endpoint, scheme, n))
+
+
+@pytest.mark.parametrize(("scheme", "dim"), [("t5", 64), ("alibi", 66), ("sinusoidal", 256), ("rope", 64)])
+def test_property_row_just_under_the_cap_is_served_just_over_refused(server, monkeypatch, scheme, dim):
+    monkeypatch.setattr(params, "REQUEST_SECONDS", 0.05)  # the same rule at a cap cheap enough for a test
+    views._cache.clear()
+    top = _largest("properties", scheme=scheme, dim=dim)
+    assert 8 <= top < params.MAX_LENGTH
+    status, body = api(server, "/api/properties", scheme=scheme, dim=dim, length=top)
+    assert status == 200 and body["row"]["length"] == top, body
+    status, body = api(server, "/api/properties", scheme=scheme, dim=dim, length=top + 1)
+    assert status == 400 and body["error"]["field"] == "length", body
+    en, ko = body["error"]["en"], body["error"]["ko"]
+    assert f"L = {top + 1}" in en and "limit of 0.05 s" in en and f"at most {top:,}" in en
+    assert f"L = {top + 1}" in ko and "0.05초" in ko and f"{top:,} 이하" in ko
+
+
+def test_view_just_under_the_cap_is_served_just_over_refused(server):
+    # FIRE's wide MLP runs on the profile's sampled rows × L: the view's cost grows with L
+    query = {"scheme": "fire", "dim": 64, "opt.mlp_width": params.MAX_MLP_WIDTH}
+    top = _largest("view", **query)
+    assert 8 <= top < params.MAX_LENGTH
+    status, body = api(server, "/api/view", **query, length=top, window=8)
+    assert status == 200 and body["length"] == top, body
+    status, body = api(server, "/api/view", **query, length=top + 1, window=8)
+    assert status == 400 and body["error"]["field"] == "length"
+    assert f"L = {top + 1}" in body["error"]["en"] and f"at most {top:,}" in body["error"]["en"]
+    # every scheme's plots at the largest sizes are within the cap (their measured worst case)
+    for name in names():
+        req = parse_view({"scheme": name, "dim": str(params.MAX_DIM), "length": str(params.MAX_LENGTH)})
+        views.check_request(req, "view")
+
+
+def test_an_option_over_its_table_cap_is_refused_by_name(server):
+    top = params.largest_options("learned", 64)["max_len"]
+    status, body = api(server, "/api/view", scheme="learned", dim=64, length=16, window=8, **{"opt.max_len": top + 1})
+    assert status == 400 and body["error"]["field"] == "opt.max_len"
+    assert str(top + 1) in body["error"]["en"] and f"{params.MAX_TABLE_ENTRIES:,}" in body["error"]["en"]
+    status, body = api(server, "/api/view", scheme="learned", dim=64, length=16, window=8, **{"opt.max_len": top})
+    assert status == 200, body
+
+
+def test_an_ipv6_server_leaves_later_ipv4_servers_alone():
+    try:
+        six = make_server("::1", 0)
+    except OSError as err:
+        pytest.skip(f"no IPv6 loopback here: {err}")
+    try:
+        assert six.address_family == socket.AF_INET6 and six.url.startswith("http://[::1]:")
+        four = make_server("127.0.0.1", 0)
+        try:
+            assert four.address_family == socket.AF_INET and ExploreServer.address_family == socket.AF_INET
+            assert four.url.startswith("http://127.0.0.1:")
+        finally:
+            four.server_close()
+    finally:
+        six.server_close()
 
 
 def test_a_failing_request_answers_500_and_the_server_goes_on(server, monkeypatch):

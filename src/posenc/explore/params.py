@@ -5,16 +5,19 @@ The page sends plain query strings; nothing reaches the library before
 ``ParamError`` naming the parameter, the value and the fix — in English and in
 Korean, so the page can show it in the language the reader chose.
 
-Bounds are of two kinds: the ranges a value can have at all (an even width, a
-non-negative position) and a size cap (``MAX_*`` and ``WORK_LIMIT``) that
-keeps one request under a second on a 2-core machine
-(benchmarks/explore/README.md records the timings the caps were set from).
+Bounds are of three kinds: the ranges a value can have at all (an even width, a
+non-negative position), the largest sizes (``MAX_*``, and ``MAX_TABLE_ENTRIES`` /
+``MAX_MLP_WIDTH`` for the options that size a scheme's own tables), and a cost
+model per endpoint and scheme (``property_seconds``, ``view_seconds``) whose
+estimate must stay under ``REQUEST_SECONDS``. The model's coefficients were
+measured on the 2-core development machine and the worst admitted request timed
+(benchmarks/explore/at_cap.py; the figures are in benchmarks/explore/README.md).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +31,15 @@ MAX_START = 1_000_000
 #: Largest |integer| and the longest list an option may take.
 MAX_INT_OPTION = 10**9
 MAX_LIST = 1024
-#: Operations one property row may cost (see ``property_work``): about a second on an idle 2-core machine
-#: (benchmarks/explore/README.md).
-WORK_LIMIT = 5e9
+#: Entries (rows × width) of a table a scheme's option may ask for: a learned table's ``max_len`` × d (also
+#: randomized's ``max_len``, which sizes its draws), Shaw's (2·max_distance + 1) × Dh, T5's num_buckets × H.
+MAX_TABLE_ENTRIES = 2**22
+#: Widest FIRE MLP: its similarity runs the MLP on every (i, j) pair, so its cost grows with the width.
+MAX_MLP_WIDTH = 256
+#: Estimated seconds one request may cost (``property_seconds``, ``view_seconds``). The coefficients below
+#: were measured single-threaded on the 2-core development machine at load 3.5–5 (about two jobs per core):
+#: at load 1.5–2 the slowest admitted request took 0.50 s (benchmarks/explore/README.md, at-cap.json).
+REQUEST_SECONDS = 1.0
 
 
 class ParamError(ValueError):
@@ -189,27 +198,171 @@ def parse_view(query: Mapping[str, str]) -> ViewRequest:
     )
     if req.base <= 1:
         raise ParamError("base", f"{req.base:g} must be > 1 (the wavelength base)", f"{req.base:g}은(는) 1보다 커야 합니다 (파장 밑)")
+    check_options(scheme, opts, dim, req.heads)
     if req.head >= req.heads:
         raise ParamError("head", f"head {req.head} does not exist: d = {dim} gives {req.heads} head(s), 0 … {req.heads - 1}",
                          f"{req.head}번 헤드는 없습니다: d = {dim}이면 헤드는 {req.heads}개 (0 … {req.heads - 1})")
     return req
 
 
-def property_work(req: ViewRequest, *, table_width: int | None, heads: int) -> float:
-    """Operations of one property row: building the (H, L, L) similarity and reading its diagonals and its
-    transpose — 400 per entry, from the slowest scheme in benchmarks/explore (T5's buckets) — plus four
-    L·w² multiply-adds per shift offset for a table of width w (five offsets)."""
-    shift = 0 if table_width is None else 5 * 4 * req.length * table_width**2
-    return 400.0 * heads * req.length**2 + shift
+# -- options that size a scheme's own tables -------------------------------------------------------------
 
 
-def check_work(req: ViewRequest, *, table_width: int | None, heads: int) -> None:
-    """Refuse a property row above ``WORK_LIMIT``, saying what to lower."""
-    work = property_work(req, table_width=table_width, heads=heads)
-    if work > WORK_LIMIT:
-        raise ParamError(
-            "length", f"the property row at d = {req.dim}, L = {req.length} costs {work:.2g} operations, over this "
-            f"server's cap of {WORK_LIMIT:.2g} (about a second); lower L or d, or run `posenc lab properties "
-            f"--dim {req.dim} --length {req.length}` offline",
-            f"d = {req.dim}, L = {req.length}의 성질 표는 연산 {work:.2g}번이 들어 서버 한도 {WORK_LIMIT:.2g} (약 1초)를 "
-            f"넘습니다. L이나 d를 줄이거나 `posenc lab properties --dim {req.dim} --length {req.length}`로 따로 계산하세요")
+def _table_rows(scheme: str, option: str, value: Any, dim: int, heads: int) -> tuple[int, int] | None:
+    """(rows, width) of the table an option sizes, or None when the option sizes no table."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return None  # the scheme's own check refuses it with its own message
+    if option == "max_len" and scheme in ("learned", "randomized"):
+        return value, dim
+    if option == "max_distance" and scheme == "shaw":
+        return 2 * value + 1, dim // heads
+    if option == "num_buckets" and scheme == "t5":
+        return value, heads
+    return None
+
+
+def check_options(scheme: str, opts: Mapping[str, Any], dim: int, heads: int) -> None:
+    """Refuse options that would make a table or an MLP too large to build within a request."""
+    for option, value in opts.items():
+        if option == "mlp_width" and scheme == "fire" and isinstance(value, int) and value > MAX_MLP_WIDTH:
+            raise ParamError(
+                f"opt.{option}", f"mlp_width = {value} is over this server's limit of {MAX_MLP_WIDTH} (FIRE runs "
+                f"its MLP on every pair of positions); give at most {MAX_MLP_WIDTH}",
+                f"mlp_width = {value}은(는) 이 서버의 한도 {MAX_MLP_WIDTH}를 넘습니다 (FIRE는 모든 위치 쌍에 MLP를 "
+                f"돌립니다). {MAX_MLP_WIDTH} 이하로 주세요")
+        if option == "max_distance" and scheme == "shaw" and isinstance(value, int) and value > MAX_LENGTH:
+            raise ParamError(
+                f"opt.{option}", f"max_distance = {value} is over this server's limit of {MAX_LENGTH:,} (no two "
+                f"positions are farther apart than L − 1, and Shaw scores every query against all 2·max_distance + 1 "
+                f"rows); give at most {MAX_LENGTH:,}",
+                f"max_distance = {value}은(는) 이 서버의 한도 {MAX_LENGTH:,}를 넘습니다 (두 위치의 거리는 L − 1을 넘지 "
+                f"않고, Shaw는 모든 질의를 2·max_distance + 1개 행 전부와 곱합니다). {MAX_LENGTH:,} 이하로 주세요")
+        shape = _table_rows(scheme, option, value, dim, heads)
+        if shape is not None and shape[0] * shape[1] > MAX_TABLE_ENTRIES:
+            rows, width = shape
+            largest = largest_options(scheme, dim)[option]
+            raise ParamError(
+                f"opt.{option}", f"{option} = {value} makes a {rows:,} × {width} table ({rows * width:,} entries), "
+                f"over this server's limit of {MAX_TABLE_ENTRIES:,} entries; at d = {dim} give at most {largest:,}",
+                f"{option} = {value}이면 {rows:,} × {width} 표 ({rows * width:,}칸)가 되어 이 서버의 한도 "
+                f"{MAX_TABLE_ENTRIES:,}칸을 넘습니다. d = {dim}에서는 {largest:,} 이하로 주세요")
+
+
+def largest_options(scheme: str, dim: int) -> dict[str, int]:
+    """The largest value ``check_options`` admits for each size option of ``scheme`` at width ``dim``."""
+    heads = 4 if dim % 4 == 0 else 1
+    width = {"max_len": dim, "max_distance": dim // heads, "num_buckets": heads}
+    out = {}
+    for spec in options(scheme):
+        name = spec["name"]
+        if name == "mlp_width" and scheme == "fire":
+            out[name] = MAX_MLP_WIDTH
+        elif _table_rows(scheme, name, 1, dim, heads) is not None:
+            rows = MAX_TABLE_ENTRIES // width[name]
+            out[name] = min((rows - 1) // 2, MAX_LENGTH) if name == "max_distance" else rows
+    return out
+
+
+# -- what a request costs ---------------------------------------------------------------------------------
+
+#: Nanoseconds per entry of the (H, n, n) similarity for the whole property row (building the similarity
+#: with the scheme's own code, the float64 copy, norms, diagonal means and spreads, symmetry), per scheme:
+#: measured at d = 66, L = 2,048 (one head; FIRE at 512 and 1,024), single-threaded, at load 4–5, by
+#: ``benchmarks/explore/at_cap.py --calibrate`` on the 2-core development machine: the largest of the runs,
+#: rounded up (benchmarks/explore/calibration.json). FIRE's is at mlp_width 32 and grows with the width
+#: (``FIRE_NS_PER_WIDTH``).
+PROPERTY_NS_PER_ENTRY: dict[str, float] = {
+    "alibi": 150, "fire": 1700, "kerple-log": 90, "kerple-power": 135, "learned": 70, "naive": 55, "none": 50,
+    "randomized": 60, "rope": 75, "rope-dynamic-ntk": 70, "rope-linear": 80, "rope-llama3": 65,
+    "rope-longrope": 65, "rope-ntk": 75, "rope-yarn": 60, "scaled-sinusoidal": 60, "shaw": 75,
+    "sinusoidal": 55, "t5": 215, "xpos": 60,
+}
+#: FIRE: nanoseconds per similarity entry per unit of mlp_width above 32.
+FIRE_NS_PER_WIDTH = 14
+#: Nanoseconds per multiply-add of the shift fit (five offsets, Householder QR: ≈ 30·n·w² multiply-adds):
+#: 0.017–0.052 for a 512 × 1,022 table, 0.055 for 2,912 × 256 (rotary at d = 1,024) at load 3.5, doubled
+#: like the others for load 4–5 (the first after-cap run, with 0.07, took 1.05 s for xpos at d = 1,024).
+SHIFT_NS_PER_FLOP = 0.1
+#: Nanoseconds per multiply-add of the Gram S = T·Tᵀ of an (n, w) table (additive, rotary): n²·w. The
+#: per-entry costs above include it at w = 66; at d = 1,024 it is most of the row. 0.061–0.077 measured
+#: (float64, 2,048 × 256 and 1,024 × 1,024, load 1.3), doubled for load 4–5.
+GRAM_NS_PER_FLOP = 0.15
+#: Seconds every property row costs whatever its size (building the scheme, ``defined_beyond``).
+PROPERTY_FIXED_SECONDS = 0.02
+#: /api/view's measured time per scheme at its largest sizes (d = 1,024, L = 4,096, window 256), in seconds:
+#: its cost hardly grows with L (the profile is an FFT, the heat maps are thinned), so it is a constant. The
+#: larger of two runs (median of 3 and single), FIRE's from the medians (0.42 s and 0.73 s; one single run
+#: at load 4.3 took 1.05 s).
+VIEW_SECONDS: dict[str, float] = {
+    "alibi": 0.33, "fire": 0.74, "kerple-log": 0.32, "kerple-power": 0.36, "learned": 0.55, "naive": 0.25,
+    "none": 0.19, "randomized": 0.67, "rope": 0.34, "rope-dynamic-ntk": 0.33, "rope-linear": 0.42,
+    "rope-llama3": 0.28, "rope-longrope": 0.32, "rope-ntk": 0.28, "rope-yarn": 0.26, "scaled-sinusoidal": 0.58,
+    "shaw": 0.2, "sinusoidal": 0.64, "t5": 0.29, "xpos": 0.37,
+}
+#: FIRE's view runs its MLP on the profile's sampled rows × L: nanoseconds per such pair and unit of
+#: mlp_width above 32.
+FIRE_VIEW_NS_PER_WIDTH = 30
+
+
+def property_seconds(scheme: str, opts: Mapping[str, Any], *, length: int, heads: int,
+                     table_width: int | None) -> float:
+    """Estimated seconds of one property row: per-entry cost × H·n², plus for an (n, w) table its Gram
+    (n²·w) and its shift fit (30·n·w²).
+
+    Shaw's entries are H·n·(n + K), K = 2·max_distance + 1: it scores each query against every table row.
+
+    Args:
+        scheme: registry name.
+        opts: the scheme's options (FIRE's ``mlp_width`` scales its per-entry cost).
+        length: positions measured, n (a learned table's rows when fewer than L).
+        heads: heads of the scheme's similarity (a bias scheme's H; 1 for the others).
+        table_width: width w of the scheme's position vectors, None without (bias, none).
+    """
+    per_entry = PROPERTY_NS_PER_ENTRY[scheme]
+    if scheme == "fire":
+        per_entry += FIRE_NS_PER_WIDTH * max(0, int(opts.get("mlp_width") or 32) - 32)
+    columns = length
+    if scheme == "shaw":  # every query is scored against all 2·max_distance + 1 table rows: (H, n, K) first
+        columns += 2 * int(opts.get("max_distance") or 16) + 1
+    tables = 0.0
+    if table_width is not None:  # the Gram of the table, and the shift fit
+        tables = GRAM_NS_PER_FLOP * length**2 * table_width + SHIFT_NS_PER_FLOP * 30.0 * length * table_width**2
+    return PROPERTY_FIXED_SECONDS + 1e-9 * (per_entry * heads * length * columns + tables)
+
+
+def view_seconds(scheme: str, opts: Mapping[str, Any], *, length: int) -> float:
+    """Estimated seconds of /api/view: the scheme's worst case at the largest sizes, plus FIRE's wider MLP."""
+    extra = 0.0
+    if scheme == "fire":
+        extra = 1e-9 * FIRE_VIEW_NS_PER_WIDTH * max(0, int(opts.get("mlp_width") or 32) - 32) * 128 * length
+    return VIEW_SECONDS[scheme] + extra
+
+
+def largest_length(cost: Callable[[int], float]) -> int:
+    """The largest L in 8 … MAX_LENGTH whose estimate ``cost(L)`` is within ``REQUEST_SECONDS`` (7: none)."""
+    lo, hi = 7, MAX_LENGTH
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if cost(mid) <= REQUEST_SECONDS:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def check_seconds(req: ViewRequest, endpoint: str, seconds: float, *, length: int) -> None:
+    """Refuse a request whose estimate is above ``REQUEST_SECONDS``, naming the value, the limit and the fix."""
+    if seconds <= REQUEST_SECONDS:
+        return
+    what = {"properties": "property row", "view": "plots"}[endpoint]
+    offline = (f"`posenc lab properties --dim {req.dim} --length {req.length}`" if endpoint == "properties"
+               else "`posenc lab`")
+    raise ParamError(
+        "length", f"the {what} of {req.scheme} at d = {req.dim}, L = {req.length} would take about "
+        f"{seconds:.2g} s, over this server's limit of {REQUEST_SECONDS:g} s per request; "
+        + (f"lower L to at most {length:,}" if length >= 8 else "lower d or the scheme's options")
+        + f", or run {offline} offline",
+        f"d = {req.dim}, L = {req.length}에서 {req.scheme}의 {'성질 표' if endpoint == 'properties' else '그림'}는 약 "
+        f"{seconds:.2g}초가 걸려 이 서버의 요청당 한도 {REQUEST_SECONDS:g}초를 넘습니다. "
+        + (f"L을 {length:,} 이하로 줄이거나" if length >= 8 else "d나 방식의 옵션을 줄이거나")
+        + f" {offline}로 따로 계산하세요")

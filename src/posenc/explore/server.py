@@ -27,6 +27,7 @@ import ipaddress
 import json
 import math
 import re
+import socket
 import sys
 import traceback
 from http import HTTPStatus
@@ -82,7 +83,8 @@ def schemes_payload() -> dict[str, Any]:
     return {
         "schemes": [{"name": n, "family": lookup(n).family, "options": options(n)} for n in names()],
         "limits": {"max_dim": params.MAX_DIM, "max_length": params.MAX_LENGTH, "max_window": params.MAX_WINDOW,
-                   "max_start": params.MAX_START, "work_limit": params.WORK_LIMIT},
+                   "max_start": params.MAX_START, "max_table_entries": params.MAX_TABLE_ENTRIES,
+                   "max_mlp_width": params.MAX_MLP_WIDTH, "request_seconds": params.REQUEST_SECONDS},
         "defaults": {"scheme": "sinusoidal", "dim": 64, "length": 512, "base": 10000.0, "seed": 0, "start": 0,
                      "window": 64, "head": 0},
     }
@@ -187,6 +189,8 @@ class ExploreServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], *, quiet: bool = True) -> None:
+        # per instance: setting it on the class would make every later server in the process IPv6
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, ExploreHandler)
         self.quiet = quiet
         self.loopback_only = is_loopback(address[0])
@@ -201,6 +205,4 @@ class ExploreServer(ThreadingHTTPServer):
 
 def make_server(host: str = "127.0.0.1", port: int = 8765, *, quiet: bool = True) -> ExploreServer:
     """A server bound to ``host:port`` (port 0: any free port), not yet serving."""
-    if ":" in host:
-        ExploreServer.address_family = __import__("socket").AF_INET6
     return ExploreServer((host, port), quiet=quiet)

@@ -26,7 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.explore.params import ViewRequest, check_work
+from posenc.explore import params
+from posenc.explore.params import ViewRequest
 from posenc.lab import measures
 from posenc.lab.article000 import naive_position, partner_tokens
 from posenc.lab.core import LabConfig
@@ -77,6 +78,30 @@ def usable_length(scheme: PositionScheme, length: int) -> int:
     """L, or the rows a bounded table has (a learned table of 1,024 rows is measured on those)."""
     top = scheme.max_position()
     return length if top is None else min(length, top + 1)
+
+
+def request_seconds(req: ViewRequest, endpoint: str, scheme: PositionScheme, length: int | None = None) -> float:
+    """The cost model's estimate (``params.property_seconds`` / ``view_seconds``) for ``req`` at L = ``length``."""
+    length = req.length if length is None else length
+    if endpoint == "view":
+        return params.view_seconds(req.scheme, req.options, length=length)
+    table = measures.scheme_table(scheme, default_positions(2))
+    heads = getattr(scheme, "num_heads", 1) if scheme.family == "bias" else 1
+    return params.property_seconds(req.scheme, req.options, length=usable_length(scheme, length), heads=heads,
+                                   table_width=None if table is None else int(table.shape[1]))
+
+
+def check_request(req: ViewRequest, endpoint: str, scheme: PositionScheme | None = None) -> None:
+    """Refuse ``req`` before computing anything when its estimated cost is over ``params.REQUEST_SECONDS``.
+
+    Raises:
+        ParamError: on ``length``, naming the estimate, the limit and the largest L admitted at this d.
+    """
+    scheme = build_scheme(req) if scheme is None else scheme
+    seconds = request_seconds(req, endpoint, scheme)
+    if seconds > params.REQUEST_SECONDS:
+        largest = params.largest_length(lambda n: request_seconds(req, endpoint, scheme, n))
+        params.check_seconds(req, endpoint, seconds, length=largest)
 
 
 # -- the plots -------------------------------------------------------------------------------------------
@@ -187,6 +212,7 @@ def view(req: ViewRequest) -> dict[str, Any]:
     """Everything the plots need for one request (the property row comes from ``properties``)."""
     start = time.perf_counter()
     scheme = build_scheme(req)
+    check_request(req, "view", scheme)
     out = {
         "scheme": req.scheme, "family": scheme.family, "heads": req.heads, "dim": req.dim, "length": req.length,
         "usable_length": usable_length(scheme, req.length),
@@ -210,8 +236,7 @@ _cache_lock = threading.Lock()
 
 def _property_row(req: ViewRequest) -> dict[str, Any]:
     scheme = build_scheme(req)
-    table = measures.scheme_table(scheme, default_positions(2))
-    check_work(req, table_width=None if table is None else table.shape[1], heads=req.heads)
+    check_request(req, "properties", scheme)
     return measures.scheme_properties(scheme, length=req.length)
 
 

@@ -25,6 +25,7 @@ import math
 import numbers
 import os
 import stat
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +36,22 @@ T = TypeVar("T")
 SEED_MAX = 2**63 - 1
 #: Share of physical memory one posenc operation may plan to use (override: POSENC_MEMORY_BUDGET in bytes).
 MEMORY_SHARE = 0.5
+
+# -- floating-point ranges (the bounds of scheme options are derived from these) ----------------------------
+#: float32's largest finite value (``torch.finfo(torch.float32).max``): activations, logits, parameters.
+F32_MAX = 3.4028234663852886e38
+#: float32's smallest normal value: a positive option below it becomes 0 (or a denormal) when cast.
+F32_TINY = 1.1754943508222875e-38
+#: float32's machine epsilon, 2⁻²³: relative changes smaller than this vanish next to 1.
+F32_EPS = 2.0**-23
+#: Integers float32 holds exactly: 0 … 2²⁴ (positions cast to float32 beyond it are no longer themselves).
+F32_EXACT_INT = 2**24
+#: float64's largest finite value: angles and frequencies are formed in float64.
+F64_MAX = sys.float_info.max
+#: The largest position posenc accepts (positions are int64).
+POSITION_MAX = 2**63 - 1
+#: The largest |z| of a standard normal draw: Box–Muller from 53-bit uniforms gives at most √(2·53·ln 2) ≈ 8.57.
+NORMAL_DRAW_MAX = math.sqrt(2 * 53 * math.log(2))
 
 
 # -- numbers --------------------------------------------------------------------------------------------
@@ -73,11 +90,44 @@ def number(
     if integer and bounds == [">= 1"]:
         wanted = "a positive integer"
     tail = f"; {fix}" if fix else ""
-    if (not math.isfinite(value) or (integer and int(value) != value)
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int beyond float64 (10**400): no option takes one
+        raise ValueError(f"{name}={value!r} must be {wanted}{tail}") from None
+    if (not finite or (integer and int(value) != value)
             or (minimum is not None and value < minimum) or (above is not None and not value > above)
             or (maximum is not None and value > maximum) or (below is not None and not value < below)):
         raise ValueError(f"{name}={value!r} must be {wanted}{tail}")
     return int(value) if integer else float(value)
+
+
+def at_most(value: float, name: str, bound: float, *, why: str, fix: str = "") -> float:
+    """``value`` if ``|value| <= bound``, else an error saying the bound and ``why`` it is one.
+
+    For the scheme options whose size decides whether a float32 (or float64) computation stays
+    finite: the caller derives ``bound`` from the range of the dtype and says how in ``why``.
+    ``value`` must already be a finite number (see :func:`number`).
+    """
+    if abs(value) > bound:
+        tail = f"; {fix}" if fix else ""
+        raise ValueError(f"{name}={value!r} must be at most {bound:.3g}{' in magnitude' if value < 0 else ''}: "
+                         f"{why}{tail}")
+    return value
+
+
+def float32_squares(value: float, name: str, *, width: int, reach: float = 1.0, what: str, fix: str = "") -> float:
+    """Refuse a scale whose entries would overflow float32 once squared and summed over ``width`` coordinates.
+
+    Attention logits (q·k) and normalisations (Σx²) sum ``width`` products of two entries; entries of
+    magnitude up to ``reach·|value|`` keep every such sum finite when ``width·(reach·value)² <= F32_MAX``,
+    i.e. ``|value| <= √(F32_MAX/width)/reach``.
+    """
+    bound = math.sqrt(F32_MAX / width) / reach
+    reach_text = f"{reach:.3g}·{name}" if reach != 1 else name
+    return at_most(value, name, bound, fix=fix,
+                   why=f"{what} reach {reach_text}, and float32 attention and normalisation sum {width} products "
+                       f"of two such entries, a sum that overflows float32 (max {F32_MAX:.3g}) beyond "
+                       f"√({F32_MAX:.3g}/{width}){'/' + format(reach, '.3g') if reach != 1 else ''}")
 
 
 def positive_int(value: Any, name: str, *, fix: str = "") -> int:
@@ -359,7 +409,16 @@ __all__ = [
     "check_model_config",
     "check_output",
     "check_table",
+    "F32_EPS",
+    "F32_EXACT_INT",
+    "F32_MAX",
+    "F32_TINY",
+    "F64_MAX",
+    "NORMAL_DRAW_MAX",
+    "POSITION_MAX",
+    "at_most",
     "dumps",
+    "float32_squares",
     "finite_float",
     "format_bytes",
     "int_at_least",

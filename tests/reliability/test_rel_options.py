@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 
 import pytest
 import torch
@@ -93,3 +94,75 @@ def test_valid_inputs_still_work_and_match_the_uncached_model(lm):
     torch.testing.assert_close(torch.cat((first, rest), dim=1), full, rtol=1e-5, atol=1e-5)
     # one row of positions broadcast over the batch equals the default positions
     torch.testing.assert_close(lm(ids, positions=torch.arange(6)[None]), full)
+
+
+# -- extreme but finite option values (issue 14 review, item 1) ---------------------------------------------
+@pytest.mark.parametrize("name, option, value", [
+    ("fire", "init_c", 1e300), ("shaw", "init_std", 3.5e38), ("t5", "init_std", 3.5e38), ("xpos", "gamma", 1e300),
+    ("xpos", "scale_base", 1e39), ("rope-ntk", "factor", 1e300), ("learned", "init_std", 1e20),
+    ("scaled-sinusoidal", "init_scale", 1e20), ("naive", "scale", 1e20), ("fire", "init_L", 1e39),
+    ("fire", "eps", 1e-300), ("rope-yarn", "attention_factor", 1e20), ("rope-longrope", "attention_factor", 1e20),
+    ("rope-linear", "factor", 5e-324), ("rope-yarn", "beta_slow", 1e-320), ("rope-dynamic-ntk", "original_max_len", 2**63),
+])
+def test_extreme_finite_options_are_refused_with_the_bound(name, option, value):
+    with pytest.raises(ValueError, match=re.escape(f"{option}={value!r} must be") + ".*(at most|at least|between|below|>=|<=)"):
+        build(name, dim=32, num_heads=2, **{option: value})
+
+
+@pytest.mark.parametrize("argv", [
+    ("--position", "fire", "--position-option", "init_c=1e300"),
+    ("--position", "shaw", "--position-option", "init_std=3.5e38"),
+    ("--position", "xpos", "--position-option", "gamma=1e300"),
+    ("--position", "xpos", "--position-option", "scale_base=1e39"),
+    ("--position", "rope-ntk", "--position-option", "factor=1e300"),
+])
+def test_the_demo_refuses_them_as_usage_errors(argv):
+    option = argv[-1].split("=")[0]
+    assert_refused(posenc("demo", *argv), option)
+
+
+EXTREMES = [1e300, -1e300, 1e39, 3.5e38, 1e20, 1e-300, 5e-324, 2**63]
+
+
+def _attend(scheme, length: int) -> torch.Tensor:
+    from posenc.attention import MultiHeadAttention
+
+    x = torch.randn(2, length, 16)
+    if scheme.family == "additive":  # what a model does first: add, then attend (the extra column dropped)
+        x = scheme.add(x, torch.arange(length))[..., :16]
+    out, _ = MultiHeadAttention(dim=16, num_heads=2, position=scheme)(x, q_pos=torch.arange(length), causal=True)
+    return out
+
+
+@pytest.mark.parametrize("name", names())
+def test_every_numeric_option_at_an_extreme_is_refused_or_attends_finitely(name, monkeypatch):
+    """The sweep that found the holes: each number option of each scheme at extremes of the float range."""
+    from posenc.positions import options
+
+    monkeypatch.setenv("POSENC_MEMORY_BUDGET", str(1 << 28))
+    for spec in options(name):
+        if spec["type"] not in ("int", "float"):
+            continue
+        for value in EXTREMES:
+            if spec["type"] == "int":
+                value = int(value) if abs(value) >= 1 else 0
+            try:
+                scheme = build(name, dim=16, num_heads=2, **{spec["name"]: value})
+            except (ValueError, TypeError):
+                continue
+            for length in (1, 12):
+                try:
+                    out = _attend(scheme, length)
+                except (ValueError, TypeError):
+                    break
+                assert torch.isfinite(out).all(), f"{name} {spec['name']}={value!r} built, but attention gave non-finite"
+
+
+@pytest.mark.parametrize("name, option, value", [
+    ("fire", "init_c", 2.0e31), ("shaw", "init_std", 7e17), ("t5", "init_std", 1e37), ("xpos", "scale_base", 9e25),
+    ("xpos", "gamma", 1e15), ("rope-ntk", "factor", 1e228), ("rope-yarn", "attention_factor", 4e18),
+    ("learned", "init_std", 5e17), ("scaled-sinusoidal", "init_scale", 4e18), ("naive", "scale", 1e12),
+])
+def test_values_just_inside_the_bounds_still_attend_finitely(name, option, value):
+    scheme = build(name, dim=16, num_heads=2, **{option: value})
+    assert torch.isfinite(_attend(scheme, 12)).all()

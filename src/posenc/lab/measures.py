@@ -54,6 +54,11 @@ QR_FLOP_LIMIT = 2**31
 
 #: float64 unit roundoff ×2 (machine epsilon, 2.2e-16): the unit of every error bound below.
 EPS = torch.finfo(torch.float64).eps
+#: float32 unit roundoff u = 2⁻²⁴ (half of float32's machine epsilon): one rounding changes a number by ≤ u·|x|.
+U32 = 2.0**-24
+#: λ of the probabilistic dot-product bound (Higham & Mary 2019, Thm 3.1): |fl(x·y) − x·y| ≤ λ·√n·u·Σ|x_c·y_c|
+#: holds with probability ≥ 1 − 2·n·exp(−λ²/2) (rounding errors independent, mean zero); λ = 10: < 4e-17 at n = 2¹⁶.
+PROBABILISTIC_LAMBDA = 10.0
 
 
 def _as_float64(x: Tensor, *, name: str, dims: tuple[int, ...]) -> Tensor:
@@ -100,6 +105,17 @@ def dot_error_bound(table: Tensor) -> float:
     if t.numel() == 0:
         return 0.0
     return t.shape[1] * EPS * float(torch.linalg.vector_norm(t, dim=-1).max()) ** 2
+
+
+def float32_dot_error_bound(abs_products: Tensor, n: int) -> Tensor:
+    """Bound on the rounding error of float32 dot products of length ``n``, given Σ|x_c·y_c| (any shape).
+
+    Each addition of a float32 reduction rounds once; the worst case grows like n·u (γ_n), but the errors
+    of a long sum are independent and mostly cancel, so the bound used is the probabilistic one,
+    λ·√n·u·Σ|x_c·y_c| (Higham & Mary, "A New Approach to Probabilistic Rounding Error Analysis", SISC 2019):
+    it still separates the right dot product from another row's at every n, where γ_n·Σ|x·y| (≈ n·u·n) would not.
+    """
+    return PROBABILISTIC_LAMBDA * math.sqrt(n) * U32 * abs_products.to(torch.float64)
 
 
 def autocorrelation_error_bound(table: Tensor) -> float:

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.positions.base import BiasScheme, ModelContext, check_positions
-from posenc.validation import check_table, number, positive_int
+from posenc.validation import F32_MAX, NORMAL_DRAW_MAX, at_most, check_table, number, positive_int
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -141,7 +141,11 @@ class T5RelativeBias(BiasScheme):
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bool(bidirectional)
         t5_bucket(torch.zeros(1, dtype=torch.long), bidirectional=self.bidirectional,
                   num_buckets=num_buckets, max_distance=max_distance)  # validate now
-        self.init_std = number(init_std, "init_std", minimum=0)
+        self.init_std = at_most(
+            number(init_std, "init_std", minimum=0), "init_std", F32_MAX / 2 / NORMAL_DRAW_MAX,
+            why=f"the bias entries (normal draws) reach {NORMAL_DRAW_MAX:.3g}·init_std and are added to float32 "
+                f"logits; a bias and a logit each below half of float32's range ({F32_MAX:.3g}/2) keep their sum "
+                "finite", fix="the usual value is 0.02")
         self.table = nn.Embedding(num_buckets, num_heads)
         nn.init.normal_(self.table.weight, std=init_std)
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import math
+
 import torch
 from torch import Tensor, nn
 
-from posenc.validation import check_table, number, positive_int
+from posenc.validation import F32_EXACT_INT, F32_MAX, F32_TINY, at_most, check_table, number, positive_int
 from posenc.positions.base import BiasScheme, check_positions
 from posenc.positions.bias import relative_distance
 
@@ -47,9 +49,21 @@ class FIRE(BiasScheme):
                  eps: float = 1e-6) -> None:
         super().__init__(num_heads=num_heads)
         check_table(positive_int(mlp_width, "mlp_width"), num_heads + 3, "FIRE MLP", option="mlp_width")
-        number(init_c, "init_c", above=0)
-        number(init_L, "init_L", above=0)
-        number(eps, "eps", above=0)
+        # c, L and the distances are float32: c and L must be normal float32 numbers (a smaller positive value
+        # becomes 0, a larger one inf), and ψ's argument c·x must stay finite for the threshold and for every
+        # distance float32 holds exactly (x <= 2²⁴; beyond it the distance is no longer itself)
+        number(init_L, "init_L", minimum=F32_TINY, maximum=F32_MAX,
+               fix="the threshold L is a float32 parameter; the paper uses 512")
+        number(init_c, "init_c", minimum=F32_TINY, fix="c is a float32 parameter; the paper uses 0.1")
+        reach = max(float(init_L), float(F32_EXACT_INT))
+        at_most(float(init_c), "init_c", F32_MAX / reach,
+                why=f"ψ(x) = ln(c·x + 1) is formed in float32 for x up to max(init_L, 2^24) = {reach:.3g} (the "
+                    f"threshold and every distance float32 holds exactly), and c·x overflows float32 (max "
+                    f"{F32_MAX:.3g}) beyond {F32_MAX:.3g}/{reach:.3g}", fix="the paper uses 0.1")
+        # ψ(x)/(ψ(L) + eps) <= ln(F32_MAX)/eps once ψ(L) rounds to 0: eps must keep that quotient in float32
+        number(eps, "eps", minimum=math.log(F32_MAX) / F32_MAX, maximum=F32_MAX,
+               fix=f"the quotient ψ(|i−j|)/(ψ(max(L, i)) + eps) is at most ln({F32_MAX:.3g})/eps in float32, which "
+                   "must stay finite; the paper uses 1e-6")
         self.mlp_width, self.eps = mlp_width, float(eps)
         self.init_c, self.init_L_value = float(init_c), float(init_L)
         self.mlp = nn.Sequential(nn.Linear(1, mlp_width), nn.ReLU(), nn.Linear(mlp_width, num_heads))

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.checks import check_values, compiling
-from posenc.validation import check_table, number, positive_int
+from posenc.validation import check_memory, check_table, number, positive_int
 from posenc.validation import seed as seed_
 from posenc.positions.absolute import check_even, sinusoid_table
 from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
@@ -75,6 +75,10 @@ class RandomizedPositions(AdditiveScheme):
         max_len = positive_int(max_len, "max_len")
         if inner == "learned":
             check_table(max_len, dim, "position table", option="max_len")
+        # every training draw is a permutation of [0, max_len) (int64; under torch.compile float32 keys and
+        # their int64 argsort): 12 bytes per position, made when the model first trains — refuse it now
+        check_memory(12.0 * max_len, f"a draw of randomized positions from max_len={max_len}",
+                     fix="lower max_len (a few times the longest training sequence is usual)")
         base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
         if inner not in ("sinusoidal", "learned"):
             raise ValueError(f"inner must be 'sinusoidal' or 'learned', got {inner!r}")

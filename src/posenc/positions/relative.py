@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.positions.base import BiasScheme, ModelContext, check_positions
-from posenc.validation import check_table, number, positive_int
+from posenc.validation import NORMAL_DRAW_MAX, check_table, float32_squares, number, positive_int
 from posenc.positions.bias import relative_distance
 
 
@@ -58,7 +58,10 @@ class ShawRelative(BiasScheme):
         max_distance = number(max_distance, "max_distance", minimum=0, integer=True)
         check_table(2 * max_distance + 1, head_dim, "relative-distance table", option="max_distance")
         self.head_dim, self.max_distance = head_dim, max_distance
-        self.init_std = number(init_std, "init_std", minimum=0)
+        # the bias is q·a/√Dh, a float32 dot product over the head width with table entries (normal draws)
+        self.init_std = float32_squares(number(init_std, "init_std", minimum=0), "init_std", width=head_dim,
+                                        reach=NORMAL_DRAW_MAX, what="the table's entries (normal draws)",
+                                        fix="the usual value is 0.02")
         self.table = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))  # (K, Dh): rows −k … k
         nn.init.normal_(self.table, std=init_std)
 

@@ -48,19 +48,40 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from posenc.validation import number, positive_int
+from posenc.validation import F64_MAX, POSITION_MAX, float32_squares, number, positive_int
 from posenc.positions.base import check_positions
 from posenc.positions.rotary import Pairing, RoPE, rope_frequencies
 
 FrequencyTransform = Callable[..., tuple[Tensor, float]]
 
 
+#: The smallest factor a frequency may be divided by: θ_0/factor = 1/factor times any int64 position must
+#: stay a finite float64 angle (a smaller one turns cos and sin into NaN).
+FACTOR_MIN = POSITION_MAX / F64_MAX
+
+
 def _check_factor(factor: float, *, name: str = "factor") -> float:
-    return number(factor, name, above=0)
+    factor = number(factor, name, above=0)
+    if factor < FACTOR_MIN:
+        raise ValueError(f"{name}={factor!r} must be at least {FACTOR_MIN:.3g}: frequencies are divided by it, and "
+                         f"the angle p·θ_0/{name} (θ_0 = 1) must stay a finite float64 for every position up to "
+                         "2^63 − 1; a factor >= 1 extends the context")
+    return factor
+
+
+def _check_attention_factor(value: float, *, head_dim: int, name: str) -> float:
+    """The factor on cos and sin: positive, and small enough that the float32 logits it scales stay finite."""
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    # queries and keys are both multiplied by it: logits grow by its square, over head_dim products
+    return float32_squares(value, name, width=head_dim,
+                           what="rotated queries and keys (entries of order 1, times the attention factor)",
+                           fix="leave attention_factor unset for the method's default (YaRN: 0.1·ln(factor) + 1)")
 
 
 def _check_length(value: int, *, name: str) -> int:
-    return positive_int(value, name)
+    return number(positive_int(value, name), name, maximum=POSITION_MAX, integer=True,
+                  fix="a length is compared with int64 positions (at most 2**63 - 1)")
 
 
 # -- the transforms (one signature, HF-style) --------------------------------------
@@ -83,7 +104,10 @@ def ntk_base(rotary_dim: int, base: float, alpha: float) -> float:
     """
     if rotary_dim <= 2:
         return float(base)
-    return float(base) * alpha ** (rotary_dim / (rotary_dim - 2))
+    try:
+        return float(base) * alpha ** (rotary_dim / (rotary_dim - 2))
+    except OverflowError:  # beyond float64 every frequency but θ_0 = 1 is 0 to float64's precision: the limit
+        return math.inf
 
 
 def ntk_frequencies(rotary_dim: int, base: float, *, seq_len: int | None = None, factor: float) -> tuple[Tensor, float]:
@@ -101,11 +125,13 @@ def dynamic_ntk_frequencies(
     """Dynamic NTK (emozilla, 2023): NTK with alpha = factor·L/L₀ − (factor − 1), L = max(seq_len, L₀).
 
     At L ≤ L₀ it is plain RoPE; the base grows continuously with the length.
-    Same formula as HF's ``dynamic`` type (whose L₀ is ``max_position_embeddings``).
+    Same formula as HF's ``dynamic`` type (whose L₀ is ``max_position_embeddings``), written as
+    factor·(L − L₀)/L₀ + 1: exactly 1 at L = L₀ for any factor (HF's form cancels catastrophically for a
+    large factor, e.g. 1e20 − (1e20 − 1) = 0, and returns a zero base).
     """
     factor, original = _check_factor(factor), _check_length(original_max_len, name="original_max_len")
     length = original if seq_len is None else max(int(seq_len), original)
-    alpha = factor * length / original - (factor - 1)
+    alpha = factor * (length - original) / original + 1
     return rope_frequencies(rotary_dim, ntk_base(rotary_dim, base, alpha)), 1.0
 
 
@@ -129,7 +155,12 @@ def yarn_frequencies(
     factor, original = _check_factor(factor), _check_length(original_max_len, name="original_max_len")
     if attention_factor is None:
         if mscale and mscale_all_dim:
-            attention_factor = yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim)
+            denominator = yarn_mscale(factor, mscale_all_dim)
+            if not denominator > 0:
+                raise ValueError(f"mscale_all_dim={mscale_all_dim!r} makes YaRN's attention factor divide by "
+                                 f"0.1·mscale_all_dim·ln(factor) + 1 = {denominator:.3g}, which must be > 0; "
+                                 "DeepSeek-V3 uses mscale = mscale_all_dim = 1")
+            attention_factor = yarn_mscale(factor, mscale) / denominator
         else:
             attention_factor = yarn_mscale(factor)
 
@@ -189,7 +220,16 @@ def longrope_frequencies(
             raise ValueError(f"{name} has {len(values)} entries; rotary_dim={rotary_dim} needs one per pair: {pairs}")
         if any(not (v > 0 and math.isfinite(v)) for v in values):
             raise ValueError(f"{name} entries must be positive, got {list(values)}")
+    for name, values in (("short_factor", short_factor), ("long_factor", long_factor)):
+        if min(values, default=1.0) < FACTOR_MIN:
+            raise ValueError(f"{name} entries must be at least {FACTOR_MIN:.3g} (frequencies are divided by them, "
+                             f"and p·θ/entry must stay a finite float64 angle up to position 2^63 − 1), got "
+                             f"{min(values)!r}")
     if attention_factor is None:
+        if factor > 1 and original < 2:
+            raise ValueError(f"original_max_len={original} leaves LongRoPE's default attention factor "
+                             "√(1 + ln(factor)/ln(L₀)) undefined (ln 1 = 0); give original_max_len >= 2 or "
+                             "attention_factor")
         attention_factor = 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(original))
     use_long = seq_len is not None and seq_len > original
     ext = torch.tensor(list(long_factor if use_long else short_factor), dtype=torch.float64)
@@ -279,6 +319,23 @@ class NTKRoPE(_FactorRoPE):
     name: ClassVar[str] = "rope-ntk"
     scaling: ClassVar[str] = "ntk"
 
+    def __init__(self, *, head_dim: int, base: float = 10000.0, pairing: Pairing = "half",
+                 rotary_dim: int | None = None, factor: float = 4.0) -> None:
+        super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim, factor=factor)
+        r = self.rotary_dim
+        if r > 2:  # the NTK base base·factor^(R/(R−2)) must be a RoPE base: finite in float64 and > 1
+            power = r / (r - 2)
+            ntk = ntk_base(r, self.base, self.factor)
+            if not math.isfinite(ntk):
+                raise ValueError(
+                    f"factor={factor!r} must be at most {(F64_MAX / self.base) ** (1 / power):.3g}: the NTK base "
+                    f"base·factor^(R/(R−2)) = {self.base:g}·factor^{power:.4g} overflows float64 beyond it; "
+                    "a factor of 2-8 is usual")
+            if not ntk > 1:
+                raise ValueError(
+                    f"factor={factor!r} must be above {self.base ** (-1 / power):.3g}: the NTK base "
+                    f"base·factor^(R/(R−2)) = {ntk:.3g} must be > 1 like any RoPE base; a factor of 2-8 is usual")
+
 
 class _LengthDependentRoPE(ScaledRoPE):
     """Shared by dynamic NTK and LongRoPE: frequencies per position, or fixed by ``max_seq_len``.
@@ -356,7 +413,7 @@ class DynamicNTKRoPE(_LengthDependentRoPE):
         # the dynamic_ntk_frequencies formula, vectorised over L = max(p + 1, L₀): θ_i = base(L)^(−2i/R)
         r = self.rotary_dim
         length = (check_positions(positions) + 1).clamp(min=self.original_max_len).double()
-        alpha = self.factor * length / self.original_max_len - (self.factor - 1)
+        alpha = self.factor * (length - self.original_max_len) / self.original_max_len + 1  # exact 1 at L₀
         base = self.base * alpha ** (r / (r - 2)) if r > 2 else torch.full_like(alpha, self.base)
         exponent = -torch.arange(0, r, 2, dtype=torch.float64, device=positions.device) / r  # (P,)
         return base.unsqueeze(-1) ** exponent  # (..., T, P)
@@ -391,12 +448,23 @@ class YaRNRoPE(ScaledRoPE):
         number(beta_slow, "beta_slow")
         if not beta_fast > beta_slow > 0:
             raise ValueError(f"need beta_fast > beta_slow > 0, got beta_fast={beta_fast}, beta_slow={beta_slow}")
+        # the ramp takes ln(L₀/(2π·beta)) in float64: L₀/(2π·beta) must be a positive finite number
+        low, high = self.original_max_len / math.pi / F64_MAX, F64_MAX / (4 * math.pi)  # a factor 2 of margin
+        for name, beta in (("beta_fast", beta_fast), ("beta_slow", beta_slow)):
+            if not low <= beta <= high:
+                raise ValueError(f"{name}={beta!r} must be between {low:.3g} and {high:.3g}: YaRN takes "
+                                 f"ln(L₀/(2π·{name})) in float64 (L₀ = original_max_len = {self.original_max_len}), "
+                                 "which is not finite outside; the paper uses beta_fast=32, beta_slow=1")
         self.beta_fast, self.beta_slow = float(beta_fast), float(beta_slow)
-        self.attention_factor_option = None if attention_factor is None else _check_factor(
-            attention_factor, name="attention_factor")
+        self.attention_factor_option = None if attention_factor is None else _check_attention_factor(
+            number(attention_factor, "attention_factor"), head_dim=self.head_dim, name="attention_factor")
         self.mscale = None if mscale is None else number(mscale, "mscale")
         self.mscale_all_dim = None if mscale_all_dim is None else number(mscale_all_dim, "mscale_all_dim")
         self.truncate = bool(truncate)
+        if attention_factor is None:  # the factor derived from factor/mscale/mscale_all_dim, checked the same way
+            _check_attention_factor(self.attention_factor, head_dim=self.head_dim,
+                                    name=f"the attention factor from factor={self.factor:g}, mscale={self.mscale}, "
+                                         f"mscale_all_dim={self.mscale_all_dim}")
 
     def scaling_params(self) -> dict[str, Any]:
         return {"factor": self.factor, "original_max_len": self.original_max_len, "beta_fast": self.beta_fast,
@@ -467,8 +535,8 @@ class LongRoPE(_LengthDependentRoPE):
         self.long_factor = ([self.factor ** (i / max(pairs - 1, 1)) for i in range(pairs)]
                             if long_factor is None else [float(v) for v in long_factor])
         self.original_max_len = _check_length(original_max_len, name="original_max_len")
-        self.attention_factor_option = None if attention_factor is None else _check_factor(
-            attention_factor, name="attention_factor")
+        self.attention_factor_option = None if attention_factor is None else _check_attention_factor(
+            number(attention_factor, "attention_factor"), head_dim=self.head_dim, name="attention_factor")
         self.max_seq_len = _check_max_seq_len(max_seq_len)
         self.inv_freq()  # validate factor lists now
 

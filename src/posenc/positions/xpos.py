@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from posenc.checks import check_values
-from posenc.validation import number, positive_int
+from posenc.validation import F32_EPS, POSITION_MAX, at_most, number, positive_int
 from posenc.positions.base import check_positions
 from posenc.positions.rotary import Pairing, RoPE, apply_rotary
 
@@ -54,6 +54,18 @@ class XPos(RoPE):
         super().__init__(head_dim=head_dim, base=base, pairing=pairing, rotary_dim=rotary_dim)
         self.scale_base = number(scale_base, "scale_base", above=0)
         self.gamma = number(gamma, "gamma", above=0, fix="ζ_0 = gamma/(1+gamma) must be in (0, 1); the paper uses 0.4")
+        # ζ_0 as zeta() forms it (float64): from gamma ≈ 2^53 on, gamma/(1+gamma) rounds to 1 and nothing decays
+        log_zeta0 = math.log(self.gamma / (1 + self.gamma))
+        if not log_zeta0 < 0:
+            raise ValueError(f"gamma={gamma!r} must be below about 9e15 (2^53): ζ_0 = gamma/(1+gamma) rounds to 1 "
+                             "in float64 beyond it, so xpos would not decay at all (plain RoPE); the paper uses "
+                             "0.4, or use rope")
+        # the decay ζ_0^(p/γ) must be visible in float32 at some position posenc accepts (p <= 2^63 − 1):
+        # |ln ζ_0|·p/γ >= 2^-23 (float32's epsilon); a larger γ makes every scale exactly 1 — plain RoPE
+        at_most(self.scale_base, "scale_base", POSITION_MAX * -log_zeta0 / F32_EPS,
+                why=f"beyond it ζ_0^(p/scale_base) (ζ_0 = {math.exp(log_zeta0):.3g} for gamma={self.gamma:g}) differs "
+                    "from 1 by less than float32's epsilon (2^-23) at every position up to 2^63 − 1, so xpos would "
+                    "be plain RoPE", fix="the paper uses 512; for no decay use rope")
 
     def zeta(self) -> Tensor:
         """ζ_i = (2i/R + gamma)/(1 + gamma), float64 (P,)."""
@@ -70,7 +82,8 @@ class XPos(RoPE):
         info = torch.finfo(dtype)
         headroom = min(math.log(info.max), -math.log(info.tiny))
         zeta0 = self.gamma / (1 + self.gamma)  # ζ_0, the fastest decay; plain float: no tensor read
-        return int(headroom * self.scale_base / -math.log(zeta0))
+        # capped at the largest int64 position: a comparison with a larger Python int cannot be made on a tensor
+        return min(int(headroom * self.scale_base / -math.log(zeta0)), POSITION_MAX)
 
     def _scaled_rotation(self, x: Tensor, positions: Tensor, sign: float) -> Tensor:
         positions = self.check_input(x, positions)

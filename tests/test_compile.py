@@ -125,6 +125,25 @@ def test_randomized_training_compiles_and_draws_valid_positions(gen):
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("name", ["rope", "rope-yarn", "sinusoidal"])
+def test_trigonometry_is_one_op_in_the_graph(name, gen):
+    """cos/sin of the angle table enter the graph as posenc::cos_sin, not as pointwise cos/sin that inductor
+    would fuse into (and recompute for) every element of the queries and keys; values equal eager's."""
+    model, args = model_and_inputs("decoder-only", name, gen)
+    graphs = []
+
+    def capture(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    dynamo.reset()
+    out = torch.compile(model, backend=capture, fullgraph=True)(*args)
+    code = "\n".join(g.code for g in graphs)
+    assert "posenc.cos_sin" in code, code[:2000]
+    assert ".cos(" not in code and ".sin(" not in code and "torch.cos" not in code and "torch.sin" not in code
+    torch.testing.assert_close(out, model(*args), atol=0, rtol=0)
+
+
 def test_randomized_sampled_evaluation_compiles_and_draws_valid_positions(gen):
     """eval_positions='sampled' (lengthgen's protocol) draws inside the graph too, and still refuses a cached continuation."""
     options = {"max_len": 40, "eval_positions": "sampled"}

@@ -12,9 +12,9 @@ import torch
 from torch import Tensor, nn
 
 from posenc.checks import check_values, compiling
-from posenc.positions.base import AdditiveScheme, ModelContext, check_positions
+from posenc.positions.base import AdditiveScheme, ModelContext, check_positions, cos_sin
 from posenc.positions.cache import TableCache
-from posenc.validation import check_table, number, positive_int
+from posenc.validation import F32_EXACT_INT, NORMAL_DRAW_MAX, check_table, float32_squares, number, positive_int
 
 
 def check_even(value: int, *, name: str, what: str) -> None:
@@ -44,7 +44,8 @@ def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor
     """
     positions = check_positions(positions)
     angles = positions.double().unsqueeze(-1) * sinusoid_frequencies(dim, base).to(positions.device)
-    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (..., T, dim/2, 2)
+    cos, sin = cos_sin(angles)  # one op under torch.compile: the table is computed once, not per batch row
+    table = torch.stack((sin, cos), dim=-1)  # (..., T, dim/2, 2)
     return table.flatten(-2)  # (..., T, dim): sin, cos interleaved
 
 
@@ -112,7 +113,9 @@ class LearnedPositions(AdditiveScheme):
     def __init__(self, *, dim: int, max_len: int = 1024, init_std: float = 0.02) -> None:
         super().__init__(dim=dim)
         self.max_len = positive_int(max_len, "max_len")
-        self.init_std = number(init_std, "init_std", minimum=0)
+        self.init_std = float32_squares(number(init_std, "init_std", minimum=0), "init_std", width=dim,
+                                        reach=NORMAL_DRAW_MAX, what="the table's entries (normal draws)",
+                                        fix="GPT-2 uses 0.02")
         check_table(self.max_len, dim, "position table", option="max_len")
         self.weight = nn.Parameter(torch.empty(max_len, dim))
         nn.init.normal_(self.weight, std=init_std)
@@ -159,7 +162,11 @@ class NaiveIndexPositions(AdditiveScheme):
 
     def __init__(self, *, dim: int, scale: float = 1.0) -> None:
         super().__init__(dim=dim)
-        self.scale = number(scale, "scale")
+        # the column p·scale is squared in attention and normalisation; up to p = 2²⁴ (the positions a
+        # float32 column holds exactly — beyond it the column is no longer the index) it must stay finite
+        self.scale = float32_squares(number(scale, "scale"), "scale", width=1, reach=F32_EXACT_INT,
+                                     what="the index column's entries (positions up to 2^24 times scale)",
+                                     fix="1.0 is the raw index")
 
     def encode(self, positions: Tensor) -> Tensor:
         return check_positions(positions).double().unsqueeze(-1) * self.scale  # (..., T, 1)
@@ -203,7 +210,10 @@ class ScaledSinusoidalPositions(AdditiveScheme):
         super().__init__(dim=dim)
         check_even(dim, name="dim", what="the sinusoidal encoding")
         self.base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
-        self.init_scale = dim**-0.5 if init_scale is None else number(init_scale, "init_scale")
+        self.init_scale = dim**-0.5 if init_scale is None else float32_squares(
+            number(init_scale, "init_scale"), "init_scale", width=max(dim // 2, 1),
+            what="its sin-cos pairs (squared norm init_scale² each, dim/2 of them per row)",
+            fix=f"leave it unset for dim^-1/2 = {dim**-0.5:.3g}")
         self.scale = nn.Parameter(torch.tensor(self.init_scale))
 
     def encode(self, positions: Tensor) -> Tensor:

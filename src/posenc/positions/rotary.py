@@ -30,7 +30,7 @@ from posenc.checks import compiling
 from posenc.validation import number, positive_int
 from posenc.positions.absolute import check_even
 from posenc.positions import rotary_kernel
-from posenc.positions.base import RotaryScheme, check_positions
+from posenc.positions.base import RotaryScheme, check_positions, cos_sin
 from posenc.positions.cache import TableCache
 
 Pairing = Literal["half", "interleaved"]
@@ -216,9 +216,9 @@ class RoPE(RotaryScheme):
         return cos, sin
 
     def _cos_sin_direct(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        theta = self.angles(positions)
+        cos, sin = cos_sin(self.angles(positions))
         scale = self.attention_factor
-        return (theta.cos() * scale).to(dtype), (theta.sin() * scale).to(dtype)
+        return (cos * scale).to(dtype), (sin * scale).to(dtype)
 
     def check_input(self, x: Tensor, positions: Tensor) -> Tensor:
         """Validate a (…, T, Dh) input against ``head_dim`` and its (T,) / (B, T) positions; return them as int64."""

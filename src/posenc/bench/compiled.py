@@ -51,11 +51,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.bench.timing import measure
-from posenc.bench.worker import seq2seq_train_step
+from posenc.bench.worker import seq2seq_train_step, train_step
 
 PEER = "torch.nn.Transformer"
 LLAMA = "posenc llama"
@@ -198,15 +197,7 @@ def _llama_decoder(model: nn.Module, name: str, *, compiled: bool, backend: str,
 def lm_train_step(forward: Callable[[Tensor], Tensor], opt: torch.optim.Optimizer, ids: Tensor,
                   vocab: int) -> Callable[[], float]:
     """One causal-LM training step on ids (B, S + 1): predict tokens 1..S, cross-entropy, backward, update."""
-
-    def step() -> float:
-        logits = forward(ids[:, :-1])  # (B, S, V)
-        loss = F.cross_entropy(logits.reshape(-1, vocab), ids[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return float(loss.detach())
-    return step
+    return train_step(lambda: forward(ids[:, :-1]), ids[:, 1:], opt, vocab)
 
 
 def _llama_logits(name: str, forward: Callable[..., Any]) -> Callable[[Tensor], Tensor]:

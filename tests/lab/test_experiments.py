@@ -159,6 +159,17 @@ def test_multihead_shapes(cfg):
     assert v["masked_weight"] == 0.0 and v["masked_keys_effect"] < 1e-10 and f.holds
 
 
+def test_multihead_shapes_tolerance_scales_with_the_width(cfg, gen):
+    """At a width nobody chose (up to 1,536) the true claim holds and its tolerance, 100·d·ε·max(1, |out|), is stated."""
+    heads = int(torch.randint(1, 7, (1,), generator=gen))
+    dim = heads * int(torch.randint(16, 257, (1,), generator=gen))
+    f = EXPERIMENTS["multihead-shapes"].run(cfg, dim=dim, num_heads=heads)
+    v = f.values
+    assert f.holds, v
+    assert v["tolerance"] >= 100 * dim * torch.finfo(torch.float64).eps
+    assert v["masked_keys_effect"] <= v["tolerance"] and v["sdpa_vs_explicit"] <= v["tolerance"]
+
+
 def test_complexity_counts_match_closed_forms(cfg):
     d, k = 16, 5
     f = EXPERIMENTS["complexity"].run(cfg, dim=d, kernel=k, lengths=(16, 32, 64), path_lengths=(6, 11), repeats=1)

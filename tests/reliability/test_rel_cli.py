@@ -50,6 +50,22 @@ def test_output_paths_are_checked_before_training(tmp_path, flag, where):
     assert "accuracy" not in result.out  # nothing was trained
 
 
+@pytest.mark.parametrize("args", [
+    ("lab", "--only", "tying", "--quiet", "--out", "{file}/report"),
+    ("lab", "--only", "tying", "--quiet", "--out", "-", "--json", "{file}/lab.json"),
+    ("bench", "--size", "tiny", "--suites", "attention", "--out", "{file}/bench"),
+    ("lengthgen", "--quick", "--quiet", "--out", "{file}/grid"),
+    ("translate", "prepare", "--data", "{file}/data"),
+], ids=["lab-out", "lab-json", "bench-out", "lengthgen-out", "translate-prepare-data"])
+def test_every_command_checks_its_output_path_before_the_work(tmp_path, args):
+    """Issue 14 item 6 for the commands beyond train and inspect: a path under an existing file is a usage
+    error naming the path, before anything is computed (each of these would otherwise run for seconds to hours)."""
+    (tmp_path / "file").write_text("x")
+    args = [a.format(file=tmp_path / "file") for a in args]
+    result = posenc(*args)
+    assert_refused(result, str(tmp_path / "file"))
+
+
 def test_a_step_directory_as_checkpoint_dir_is_refused_with_the_fix(tmp_path):
     run = tmp_path / "run"
     assert posenc(*TINY, "--checkpoint-dir", str(run)).code == 0

@@ -66,7 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     Errors print one line, ``posenc: error: …``, on stderr; ``--debug`` re-raises
     them with the traceback instead.
     """
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except Exception as err:  # noqa: BLE001 - loading the commands failed: the environment (POSENC_*) is bad
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            raise
+        code, message = _failure(err)
+        print(f"posenc: error: {message}", file=sys.stderr)
+        return code
     args = parser.parse_args(argv)  # a usage error exits 2 here (argparse's SystemExit), --help 0
     try:
         code = int(args.func(args) or 0)

@@ -4,6 +4,7 @@ no traceback (unless --debug), outputs checked before the work, strict JSON."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,27 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     proc = subprocess.run(f"{sys.executable} -m posenc.cli inspect {tmp_path} --json - | head -c 10", shell=True,
                           capture_output=True, text=True, env=env, timeout=110)
     assert len(proc.stdout) == 10 and proc.stderr == "", proc.stderr
+
+
+def test_a_width_no_machine_holds_is_refused_before_anything_allocates():
+    """`posenc schemes --dim 2**64 --heads 2**64` grew to 23 GB building ALiBi's slopes (found by the CLI fuzz)."""
+    huge = str(2**64)
+    assert_refused(posenc("schemes", "--dim", huge, "--heads", huge), f"width dim={huge}", "memory budget")
+
+
+def test_alibi_slopes_are_refused_past_the_memory_budget(monkeypatch):
+    from posenc.positions.bias import alibi_slopes
+
+    monkeypatch.setenv("POSENC_MEMORY_BUDGET", str(1 << 20))
+    with pytest.raises(ValueError, match="ALiBi's slopes for num_heads=100000"):
+        alibi_slopes(100_000)
+    assert alibi_slopes(8).shape == (8,)
+
+
+def test_a_memory_budget_too_small_to_load_the_commands_is_one_line_exit_2():
+    """POSENC_MEMORY_BUDGET is read while the commands load (their default configs are checked): one line, no traceback."""
+    proc = subprocess.run([sys.executable, "-m", "posenc.cli", "schemes"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "POSENC_MEMORY_BUDGET": "1000000"})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "POSENC_MEMORY_BUDGET" in proc.stderr
+    assert sum("error:" in line for line in proc.stderr.splitlines()) == 1

@@ -283,25 +283,40 @@ def test_resume_from_a_tampered_checkpoint_is_exact_or_refused(field, value, fil
 
 # -- the command line ---------------------------------------------------------------------------------------
 ARG_VALUES = st.sampled_from(["-1", "0", "1", "2", "3", "8", "16", "nan", "inf", "1e30", str(2**64), "abc", "",
-                              ",", "-", "rope", "rope,rope", "copy", "distance-only"])
+                              ",", "-", "rope", "rope,rope", "copy", "distance-only", "alibi,t5", "0/2", "1/0",
+                              "base=nan", "base=1e300", "init_c=1e300", "gamma=inf", "max_len=0", "factor=1e300",
+                              "x=1", "=", "decoder-only"])
 TRAIN_FLAGS = ["--lr", "--batch-size", "--eval-examples", "--threads", "--dropout", "--seed", "--layers",
                "--test-max", "--train-max", "--steps", "--dim", "--heads", "--task", "--position", "--checkpoint-every",
                "--eval-every"]
 LAB_FLAGS = ["--only", "--dim", "--length", "--base", "--seed"]
 INSPECT_FLAGS = ["--max-positions", "--neighbours", "--sample", "--seed", "--rows", "--position-offset", "--tokens",
                  "--position-tensor"]
+# lengthgen without --jobs (each job is a process) and with files off; every cell is tiny
+LENGTHGEN_FLAGS = ["--task", "--position", "--seeds", "--steps", "--dim", "--heads", "--layers", "--train-max",
+                   "--test-max", "--threshold", "--eval-every", "--eval-examples", "--batch-size", "--lr", "--shard",
+                   "--framing"]
+DEMO_FLAGS = ["--kind", "--position", "--position-option", "--dim", "--heads", "--layers", "--vocab", "--seed"]
+SCHEMES_FLAGS = ["--dim", "--heads"]
 
 
 @st.composite
 def argv(draw):
-    command = draw(st.sampled_from(["train", "lab", "inspect", "schemes"]))
-    flags = {"train": TRAIN_FLAGS, "lab": LAB_FLAGS, "inspect": INSPECT_FLAGS, "schemes": []}[command]
-    pairs = draw(st.lists(st.tuples(st.sampled_from(flags or ["--json"]), ARG_VALUES), max_size=3))
+    command = draw(st.sampled_from(["train", "lab", "inspect", "schemes", "lengthgen", "demo"]))
+    flags = {"train": TRAIN_FLAGS, "lab": LAB_FLAGS, "inspect": INSPECT_FLAGS, "schemes": SCHEMES_FLAGS,
+             "lengthgen": LENGTHGEN_FLAGS, "demo": DEMO_FLAGS}[command]
+    pairs = draw(st.lists(st.tuples(st.sampled_from(flags), ARG_VALUES), max_size=3))
     base = {"train": ["train", "--quick", "--steps", "2", "--eval-examples", "2", "--dim", "8", "--heads", "2",
                       "--layers", "1", "--quiet"],
             "lab": ["lab", "--only", "distance-only", "--length", "16", "--dim", "8", "--out", "-", "--quiet"],
-            "inspect": ["inspect", "@MODEL"], "schemes": ["schemes"]}[command]
-    extra = [] if command == "schemes" else [token for pair in pairs for token in pair]
+            "inspect": ["inspect", "@MODEL"], "schemes": ["schemes"],
+            "lengthgen": ["lengthgen", "--task", "copy", "--position", "rope", "--seeds", "0", "--steps", "2",
+                          "--dim", "8", "--heads", "2", "--layers", "1", "--eval-examples", "2", "--train-max", "2",
+                          "--test-max", "3", "--quiet", "--out", "-"],
+            "demo": ["demo", "--dim", "8", "--heads", "2", "--layers", "1", "--vocab", "12"]}[command]
+    extra = [token for pair in pairs for token in pair]
+    if "--checkpoint-every" in extra:  # only meaningful with a checkpoint directory: give it one
+        extra += ["--checkpoint-dir", "@RUN"]
     return [*base, *extra]
 
 
@@ -315,9 +330,9 @@ def model_dir(tmp_path_factory):
 @settings(max_examples=max(10, settings.default.max_examples // 8))  # each example may train for a second
 @given(args=argv())
 def test_any_command_line_exits_0_1_or_2_with_one_line_and_no_traceback(args, model_dir, monkeypatch):
-    args = [str(model_dir) if a == "@MODEL" else a for a in args]
-    assume("--checkpoint-every" not in args or "--checkpoint-dir" in args)
-    result = posenc(*args)
+    with tempfile.TemporaryDirectory() as run:
+        args = [str(model_dir) if a == "@MODEL" else str(Path(run) / "run") if a == "@RUN" else a for a in args]
+        result = posenc(*args)
     note(f"{args} -> {result.code}: {result.err[-300:]}")
     event(f"exit {result.code}")
     assert result.code in (0, 1, 2)

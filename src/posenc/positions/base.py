@@ -41,6 +41,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.checks import check_values, compiling
+from posenc.validation import check_memory
 
 Family = Literal["additive", "rotary", "bias", "none"]
 
@@ -135,6 +136,10 @@ class ModelContext:
     def __post_init__(self) -> None:
         if self.num_heads <= 0 or self.dim <= 0 or self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} must be a positive multiple of num_heads={self.num_heads}")
+        # every scheme keeps at least one float64 value per dimension (frequencies, a table row): a width
+        # whose one row does not fit the memory budget cannot be built, so say so before anything allocates
+        check_memory(8.0 * self.dim, f"a position scheme of width dim={self.dim} (one float64 per dimension)",
+                     fix="use a model width a machine can hold")
         if self.max_length is not None and self.max_length <= 0:
             raise ValueError(f"max_length must be positive (or None), got {self.max_length}")
 

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.positions.base import BiasScheme, ModelContext, check_positions
-from posenc.validation import F32_MAX, NORMAL_DRAW_MAX, at_most, check_table, number, positive_int
+from posenc.validation import F32_MAX, NORMAL_DRAW_MAX, at_most, check_memory, check_table, number, positive_int
 
 
 def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
@@ -34,6 +34,8 @@ def alibi_slopes(num_heads: int) -> Tensor:
     closest power of two below n, then every other slope of the 2× sequence.
     """
     positive_int(num_heads, "num_heads")
+    # built as Python floats (the reference code's arithmetic, bit for bit): ~50 bytes a head
+    check_memory(50.0 * num_heads, f"ALiBi's slopes for num_heads={num_heads}", fix="use fewer heads")
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)

@@ -36,6 +36,11 @@ def alibi_slopes(num_heads: int) -> Tensor:
     positive_int(num_heads, "num_heads")
     # built as Python floats (the reference code's arithmetic, bit for bit): ~50 bytes a head
     check_memory(50.0 * num_heads, f"ALiBi's slopes for num_heads={num_heads}", fix="use fewer heads")
+    return _slopes(num_heads)
+
+
+def _slopes(num_heads: int) -> Tensor:
+    """``alibi_slopes`` for a head count already checked (a scheme's own, in its forward: no check to trace)."""
 
     def power_of_two(n: int) -> list[float]:
         start = 2.0 ** (-8.0 / n)
@@ -70,7 +75,7 @@ class ALiBi(BiasScheme):
 
     def attention_bias(self, q_pos: Tensor, k_pos: Tensor, q: Tensor | None = None) -> Tensor:
         distance = relative_distance(q_pos, k_pos).abs().to(self.slopes.device)  # (Tq, Tk) | (B, Tq, Tk)
-        slopes = alibi_slopes(self.num_heads).to(distance.device)  # float64, exact
+        slopes = _slopes(self.num_heads).to(distance.device)  # float64, exact (checked when built)
         bias = -slopes.view(-1, 1, 1) * distance.unsqueeze(-3).double()  # (H, Tq, Tk) | (B, H, Tq, Tk)
         return bias.to(self.slopes.dtype)  # float32, or float64 after model.double()
 

@@ -304,6 +304,19 @@ VIEW_SECONDS: dict[str, float] = {
 FIRE_VIEW_NS_PER_WIDTH = 30
 
 
+def _option(scheme: str, opts: Mapping[str, Any], name: str) -> int:
+    """The integer option ``name`` as the scheme will be built: the request's value, else the registry default."""
+    value = opts.get(name)
+    if value is None:
+        value = next(o["default"] for o in options(scheme) if o["name"] == name)
+    return int(value)
+
+
+def _fire_extra_width(scheme: str, opts: Mapping[str, Any]) -> int:
+    """FIRE's mlp_width above its default, 32 (the width the per-entry costs were measured at); 0 otherwise."""
+    return max(0, _option(scheme, opts, "mlp_width") - 32) if scheme == "fire" else 0
+
+
 def property_seconds(scheme: str, opts: Mapping[str, Any], *, length: int, heads: int,
                      table_width: int | None) -> float:
     """Estimated seconds of one property row: per-entry cost × H·n², plus for an (n, w) table its Gram
@@ -318,12 +331,10 @@ def property_seconds(scheme: str, opts: Mapping[str, Any], *, length: int, heads
         heads: heads of the scheme's similarity (a bias scheme's H; 1 for the others).
         table_width: width w of the scheme's position vectors, None without (bias, none).
     """
-    per_entry = PROPERTY_NS_PER_ENTRY[scheme]
-    if scheme == "fire":
-        per_entry += FIRE_NS_PER_WIDTH * max(0, int(opts.get("mlp_width") or 32) - 32)
+    per_entry = PROPERTY_NS_PER_ENTRY[scheme] + FIRE_NS_PER_WIDTH * _fire_extra_width(scheme, opts)
     columns = length
     if scheme == "shaw":  # every query is scored against all 2·max_distance + 1 table rows: (H, n, K) first
-        columns += 2 * int(opts.get("max_distance") or 16) + 1
+        columns += 2 * _option(scheme, opts, "max_distance") + 1
     tables = 0.0
     if table_width is not None:  # the Gram of the table, and the shift fit
         tables = GRAM_NS_PER_FLOP * length**2 * table_width + SHIFT_NS_PER_FLOP * 30.0 * length * table_width**2
@@ -332,10 +343,7 @@ def property_seconds(scheme: str, opts: Mapping[str, Any], *, length: int, heads
 
 def view_seconds(scheme: str, opts: Mapping[str, Any], *, length: int) -> float:
     """Estimated seconds of /api/view: the scheme's worst case at the largest sizes, plus FIRE's wider MLP."""
-    extra = 0.0
-    if scheme == "fire":
-        extra = 1e-9 * FIRE_VIEW_NS_PER_WIDTH * max(0, int(opts.get("mlp_width") or 32) - 32) * 128 * length
-    return VIEW_SECONDS[scheme] + extra
+    return VIEW_SECONDS[scheme] + 1e-9 * FIRE_VIEW_NS_PER_WIDTH * _fire_extra_width(scheme, opts) * 128 * length
 
 
 def largest_length(cost: Callable[[int], float]) -> int:

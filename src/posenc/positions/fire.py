@@ -17,9 +17,8 @@ Shape legend: B batch, H heads, Tq query length, Tk key length.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 import math
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn

@@ -131,8 +131,12 @@ def dynamic_ntk_frequencies(
     """
     factor, original = _check_factor(factor), _check_length(original_max_len, name="original_max_len")
     length = original if seq_len is None else max(int(seq_len), original)
-    alpha = factor * (length - original) / original + 1
-    return rope_frequencies(rotary_dim, ntk_base(rotary_dim, base, alpha)), 1.0
+    return rope_frequencies(rotary_dim, ntk_base(rotary_dim, base, dynamic_ntk_alpha(factor, length, original))), 1.0
+
+
+def dynamic_ntk_alpha(factor: float, length: Any, original: int) -> Any:
+    """Dynamic NTK's α at length L ≥ L₀ (a number or a tensor of lengths): factor·(L − L₀)/L₀ + 1."""
+    return factor * (length - original) / original + 1
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -220,7 +224,6 @@ def longrope_frequencies(
             raise ValueError(f"{name} has {len(values)} entries; rotary_dim={rotary_dim} needs one per pair: {pairs}")
         if any(not (v > 0 and math.isfinite(v)) for v in values):
             raise ValueError(f"{name} entries must be positive, got {list(values)}")
-    for name, values in (("short_factor", short_factor), ("long_factor", long_factor)):
         if min(values, default=1.0) < FACTOR_MIN:
             raise ValueError(f"{name} entries must be at least {FACTOR_MIN:.3g} (frequencies are divided by them, "
                              f"and p·θ/entry must stay a finite float64 angle up to position 2^63 − 1), got "
@@ -413,7 +416,7 @@ class DynamicNTKRoPE(_LengthDependentRoPE):
         # the dynamic_ntk_frequencies formula, vectorised over L = max(p + 1, L₀): θ_i = base(L)^(−2i/R)
         r = self.rotary_dim
         length = (check_positions(positions) + 1).clamp(min=self.original_max_len).double()
-        alpha = self.factor * (length - self.original_max_len) / self.original_max_len + 1  # exact 1 at L₀
+        alpha = dynamic_ntk_alpha(self.factor, length, self.original_max_len)  # exact 1 at L₀
         base = self.base * alpha ** (r / (r - 2)) if r > 2 else torch.full_like(alpha, self.base)
         exponent = -torch.arange(0, r, 2, dtype=torch.float64, device=positions.device) / r  # (P,)
         return base.unsqueeze(-1) ** exponent  # (..., T, P)

@@ -71,7 +71,8 @@ def test_generate_command_equals_hf_greedy(folder, tmp_path_factory):
     # HF greedy without any EOS handling (its default config names eos id 2, and min_new_tokens would mask
     # that logit), cut where posenc's command stops: at the first of the tokenizer's EOS ids, inclusive.
     hf.generation_config.eos_token_id = None
-    ref = hf.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1]:].tolist()
+    ref = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                      pad_token_id=0)[0, ids.shape[1]:].tolist()  # explicit mask: no token taken for padding
     eos = set(load_pretrained(folder).tokenizer.eos_ids)
     stop = next((i + 1 for i, t in enumerate(ref) if t in eos), len(ref))
     ref = ref[:stop]

@@ -172,7 +172,9 @@ def test_greedy_generation_equals_hf_generate(seed, tmp_path):
     # No EOS on either side: HF's default generation config names eos id 2, and `min_new_tokens` would mask
     # that token's logit (posenc's generate without eos_id would still pick it where it is the argmax).
     hf.generation_config.eos_token_id = None
-    ref = hf.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    # an explicit mask: without one HF infers padding from pad_token_id and masks every prompt token equal to 0
+    ref = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=12, do_sample=False,
+                      pad_token_id=0)
     out = pm.model.generate(prompt, 12)
     assert out.tolist() == ref.tolist()
 

@@ -80,15 +80,15 @@ def test_train_stops_at_the_first_evaluation_that_passes(seed):
 
 @pytest.mark.slow
 def test_gate_stops_training_once_learned_and_reports_a_budget_that_ran_out():
-    easy = QUICK.with_changes(train_max=1, test_max=2, gate_examples=10, eval_examples=10, threshold=0.9,
+    easy = QUICK.with_changes(task_options={"num_symbols": 3}, train_max=1, test_max=2, gate_examples=10, eval_examples=10, threshold=0.9,
                               model={"dim": 32, "num_heads": 2, "num_layers": 1},
                               train={"steps": 400, "eval_every": 20, "warmup_steps": 10, "lr": 1e-2})
-    cell = train_cell("copy", "rope", seed=0, config=easy, task_options={"num_symbols": 3})
+    cell = train_cell("copy", "rope", seed=0, config=easy)
     assert cell["learned"] and cell["steps"] < 400  # stopped by the gate, not by the budget
     assert cell["gate"]["passed_at"] == cell["steps"] and cell["gate"]["accuracy"] >= 0.9
     steps, accs = zip(*cell["gate"]["curve"])
     assert list(steps) == list(range(20, cell["steps"] + 1, 20)) and all(a < 0.9 for a in accs[:-1])
     starved = easy.with_changes(train={"steps": 3, "eval_every": 0, "warmup_steps": 1})
-    cell = train_cell("copy", "rope", seed=0, config=starved, task_options={"num_symbols": 3})
+    cell = train_cell("copy", "rope", seed=0, config=starved)
     assert not cell["learned"] and cell["gate"]["passed_at"] is None and cell["steps"] == 3
     assert cell["gate"]["curve"][-1][0] == 3  # the budget's end is gated too

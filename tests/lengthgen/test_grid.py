@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -113,3 +114,27 @@ def test_a_changed_scheme_set_up_retrains_the_cell(tmp_path, monkeypatch):
     monkeypatch.setattr(grid_module, "train_cell", lambda t, s, **kw: trained.append(s) or real_train(t, s, **kw))
     run_grid(grid, tmp_path, log=lambda _: None)
     assert trained == ["randomized"]
+
+
+def test_changed_task_options_retrain_the_cell_and_old_cells_count_as_the_defaults(tmp_path, monkeypatch):
+    """Task options are part of what a cell is: a cell trained on msd addition is not a result for lsd."""
+    msd = GridConfig(tasks=("addition",), schemes=("none",), seeds=(0,), cell=TINY.with_changes(train_max=1))
+    lsd = GridConfig(tasks=("addition",), schemes=("none",), seeds=(0,),
+                     cell=TINY.with_changes(train_max=1, task_options={"answer_order": "lsd"}))
+    (cell,) = run_grid(msd, tmp_path, log=lambda _: None)
+    assert cell["task_options"] == {"answer_order": "msd"}
+    with pytest.raises(FileNotFoundError, match="no finished cells"):
+        load_cells(tmp_path, lsd)
+    # a cell saved before cells recorded their task options was built with the defaults (msd)
+    path = tmp_path / "cells" / "addition-none-seed0.json"
+    saved = json.loads(path.read_text())
+    del saved["task_options"], saved["config"]["task_options"]
+    path.write_text(json.dumps(saved))
+    assert len(load_cells(tmp_path, msd)) == 1
+    with pytest.raises(FileNotFoundError, match="no finished cells"):
+        load_cells(tmp_path, lsd)
+    trained = []
+    real = grid_module.train_cell
+    monkeypatch.setattr(grid_module, "train_cell", lambda t, s, **kw: trained.append(kw["config"]) or real(t, s, **kw))
+    (cell,) = run_grid(lsd, tmp_path, log=lambda _: None)
+    assert len(trained) == 1 and cell["task_options"] == {"answer_order": "lsd"}

@@ -129,3 +129,29 @@ def test_sigterm_to_a_jobs_grid_stops_every_worker_and_keeps_their_cells(tmp_pat
             proc.kill()
     saved = sorted(p.parent.name for p in (out / "checkpoints").glob("*/latest"))
     assert saved == ["copy-none-seed0", "copy-rope-seed0"]  # each worker saved its running cell on the way out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--task", "copy", "--task-option", "answer_order=lsd"],
+     "--task-option answer_order: no chosen task takes it (the options of each: copy: num_symbols)"),
+    (["--task", "addition", "--task-option", "answer_order=backwards"], "answer_order must be one of msd, lsd"),
+    (["--task", "addition", "--task-option", "answer_order=msd", "--task-option", "answer_order=lsd"],
+     "--task-option answer_order given twice"),
+])
+def test_bad_task_options_are_refused_before_any_work(flags, message, capsys, tmp_path):
+    assert main(["lengthgen", "--out", str(tmp_path / "out"), *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_task_options_reach_the_tasks_that_take_them_over_the_preset():
+    from posenc.commands.lengthgen import grid_from_args
+    from posenc.lengthgen import preset
+    from posenc.cli import build_parser
+
+    args = build_parser().parse_args(["lengthgen", "--task", "copy,addition", "--task-option", "answer_order=msd"])
+    grid = grid_from_args(args)
+    assert grid.config("addition").task_options == {**preset("addition").task_options, "answer_order": "msd"}
+    assert grid.config("copy").task_options == preset("copy").task_options
+    args = build_parser().parse_args(["lengthgen", "--task", "addition"])
+    assert grid_from_args(args).config("addition") == preset("addition")

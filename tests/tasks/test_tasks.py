@@ -88,3 +88,26 @@ def test_size_bound_holds_and_is_reached(name, gen):
         if name != "scan":  # (SCAN's longest command of a length is rare; its bound is checked by enumeration)
             assert max(len(e.source) for e in exs) == src_max
     assert build_task("scan").size_bound(48) == (max(len(c) for c, a in commands() if len(a) == 48), 48)
+
+
+def test_addition_answer_orders(gen):
+    """lsd writes the same sum least-significant digit first; the draws of operands are the same."""
+    lengths = [int(n) for n in torch.randint(1, 12, (60,), generator=gen)]
+    seed = int(torch.randint(0, 2**31, (1,), generator=gen))
+    msd = build_task("addition").examples(lengths, torch.Generator().manual_seed(seed))
+    lsd = build_task("addition", answer_order="lsd").examples(lengths, torch.Generator().manual_seed(seed))
+    for m, r in zip(msd, lsd):
+        a, b = "".join(r.source).split("+")
+        assert m.source == r.source and int("".join(reversed(r.target))) == int(a) + int(b)
+        assert r.target == m.target[::-1]
+    assert build_task("addition", answer_order="lsd").describe()["answer_order"] == "lsd"
+    assert build_task("addition").options() == {"answer_order": "msd"}
+
+
+def test_bad_task_options_name_the_valid_ones():
+    with pytest.raises(ValueError, match="answer_order must be one of msd, lsd, got 'reversed'"):
+        build_task("addition", answer_order="reversed")
+    with pytest.raises(ValueError, match="task 'copy' has no option 'answer_order'; its options: num_symbols"):
+        build_task("copy", answer_order="lsd")
+    with pytest.raises(ValueError, match="task 'scan' has no option 'x'; its options: none"):
+        build_task("scan", x=1)

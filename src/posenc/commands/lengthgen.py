@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from posenc.cli_options import add_out, add_position, add_quiet, add_threads, out_dir
+from posenc.cli_options import add_out, add_position, add_quiet, add_threads, key_value, out_dir
 from posenc.validation import finite_float, int_at_least
 
 #: Most optimiser updates one cell may ask for: a larger --steps is a typo, not a plan.
@@ -62,6 +62,9 @@ def add_cell_args(p: argparse.ArgumentParser) -> None:
     """Options of one cell, shared by ``train`` and ``lengthgen`` (unset ones keep the preset's value)."""
     g = p.add_argument_group("model, training and gate (default: the task's preset)")
     positive = int_at_least(1)
+    g.add_argument("--task-option", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="an option of the task, repeatable, given to every chosen task that takes it "
+                        "(e.g. answer_order=msd for addition, num_symbols=26 for copy/reverse/sort)")
     g.add_argument("--framing", choices=["decoder", "encoder-decoder"], default=None)
     g.add_argument("--train-max", type=positive, default=None, help="longest training length")
     g.add_argument("--test-max", type=positive, default=None, help="longest tested length")
@@ -80,13 +83,42 @@ def add_cell_args(p: argparse.ArgumentParser) -> None:
     add_quiet(g)
 
 
-def config_from_args(args: argparse.Namespace, base: Any) -> Any:
-    """``base`` (a CellConfig) with the options given on the command line."""
-    return base.with_changes(
-        framing=args.framing, train_max=args.train_max, test_max=args.test_max, batch_size=args.batch_size,
-        eval_examples=args.eval_examples, threshold=args.threshold,
+def given_task_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--task-option`` pairs as a dict; a key given twice is an error naming it."""
+    given: dict[str, Any] = {}
+    for key, value in getattr(args, "task_option", None) or []:
+        if key in given:
+            raise ValueError(f"--task-option {key} given twice ({given[key]!r} and {value!r}); give it once")
+        given[key] = value
+    return given
+
+
+def check_task_options(args: argparse.Namespace, tasks: list[str]) -> None:
+    """Every ``--task-option`` is taken by at least one of ``tasks``, else an error naming what each takes."""
+    from posenc.tasks import task_option_names
+
+    takes = {t: task_option_names(t) for t in tasks}
+    for key in given_task_options(args):
+        if not any(key in names for names in takes.values()):
+            what = "; ".join(f"{t}: {', '.join(n) or 'none'}" for t, n in takes.items())
+            raise ValueError(f"--task-option {key}: no chosen task takes it (the options of each: {what})")
+
+
+def config_from_args(args: argparse.Namespace, base: Any, task: str) -> Any:
+    """``base`` (``task``'s CellConfig) with the options given on the command line (of the
+    ``--task-option`` pairs, those ``task`` takes); the task is built once here, so a bad value fails
+    before any work."""
+    from posenc.tasks import task_option_names
+
+    names = task_option_names(task)
+    options = {**base.task_options, **{k: v for k, v in given_task_options(args).items() if k in names}}
+    config = base.with_changes(
+        task_options=options, framing=args.framing, train_max=args.train_max, test_max=args.test_max,
+        batch_size=args.batch_size, eval_examples=args.eval_examples, threshold=args.threshold,
         model={"dim": args.dim, "num_heads": args.heads, "num_layers": args.layers, "dropout": args.dropout},
         train={"steps": args.steps, "lr": args.lr, "eval_every": args.eval_every})
+    config.task(task)
+    return config
 
 
 def grid_from_args(args: argparse.Namespace) -> Any:
@@ -107,10 +139,9 @@ def grid_from_args(args: argparse.Namespace) -> Any:
             raise ValueError(f"--seeds takes integers, got {text!r}" if "int()" in str(err) else str(err)) from None
 
     seeds = parse_list(args.seeds, "--seeds", convert=one_seed)
-    base = lg.QUICK if args.quick else lg.DEFAULT
-    presets = {} if args.quick else {t: config_from_args(args, lg.PRESETS[t]) for t in tasks if t in lg.PRESETS}
-    return lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(seeds),
-                         cell=config_from_args(args, base), per_task=presets)
+    check_task_options(args, tasks)  # an option no chosen task takes is an error before any work
+    configs = {t: config_from_args(args, lg.QUICK if args.quick else lg.preset(t), t) for t in tasks}
+    return lg.GridConfig(tasks=tuple(tasks), schemes=tuple(schemes), seeds=tuple(seeds), per_task=configs)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from posenc.cli_options import add_json, add_position, add_quiet, add_seed, add_threads, json_to_stdout, write_json
-from posenc.commands.lengthgen import add_cell_args, config_from_args, set_threads
+from posenc.commands.lengthgen import add_cell_args, check_task_options, config_from_args, set_threads
 from posenc.validation import int_at_least
 
 
@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
 
     info = init_distributed()
     set_threads(args.threads)
-    config = config_from_args(args, lg.QUICK if args.quick else lg.preset(args.task))
+    check_task_options(args, [args.task])
+    config = config_from_args(args, lg.QUICK if args.quick else lg.preset(args.task), args.task)
     config = config.with_changes(train={"checkpoint_every": args.checkpoint_every})
     if args.resume and not args.checkpoint_dir:
         raise ValueError("--resume needs --checkpoint-dir (the directory of the run to continue)")

@@ -27,7 +27,7 @@ from torch import nn
 
 from posenc.lengthgen.config import CellConfig
 from posenc.positions import lookup
-from posenc.tasks import Example, Task, build_task, collate, correct, loss_sum, sequence_length
+from posenc.tasks import Example, Task, collate, correct, loss_sum, sequence_length
 from posenc.train import dist_info, step_generator, train
 from posenc.models import build_decoder_only, build_encoder_decoder
 
@@ -105,15 +105,14 @@ def sequence_lengths(task: Task, config: CellConfig) -> tuple[int, int]:
     return next(longest), next(longest)
 
 
-def position_description(task_name: str, scheme: str, config: CellConfig,
-                         task_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def position_description(task_name: str, scheme: str, config: CellConfig) -> dict[str, Any]:
     """The position scheme a cell of this config builds, as its saved result describes it (``model.position``).
 
     A finished cell is current only if this still matches what it recorded: how the benchmark sets
     up a scheme (:func:`position_options`) is not part of the CellConfig, and a change there (e.g.
     randomized positions evaluated on sampled positions) makes earlier cells another experiment.
     """
-    task = build_task(task_name, **(task_options or {}))
+    task = config.task(task_name)
     max_len, train_len = sequence_lengths(task, config)
     with torch.random.fork_rng(devices=[]):  # building draws initial weights: leave the caller's RNG alone
         model = build_model(scheme, len(task.vocab()), config, max_len=max_len, train_len=train_len)
@@ -148,12 +147,12 @@ def train_cell(
     checkpoint_dir: str | os.PathLike[str] | None = None,
     resume: bool = False,
     progress: bool = False,
-    task_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train one (task, scheme, seed) cell through the convergence gate and test it; plain data back.
 
     Returns:
-        ``task``, ``scheme``, ``seed``, ``framing``, ``length_unit``, ``train_lengths`` [lo, hi],
+        ``task``, ``task_options`` (every option of the task as built, defaults included),
+        ``scheme``, ``seed``, ``framing``, ``length_unit``, ``train_lengths`` [lo, hi],
         ``test_max``; ``hits`` {length: "0110…"} (each test example's verdict) and ``accuracy``
         {length: fraction}; ``in_range``/``beyond`` mean exact match; ``learned`` (the gate was
         passed), ``gate`` (threshold, the step it was passed at or None, its accuracy then, and
@@ -162,7 +161,7 @@ def train_cell(
         after Ctrl-C.
     """
     info = dist_info()
-    task = build_task(task_name, **(task_options or {}))
+    task = config.task(task_name)
     vocab = task.vocab()
     lo, train_max, test_max = config.lengths_for(task)
     train_lengths = valid_lengths(task, lo, train_max)
@@ -198,7 +197,8 @@ def train_cell(
     inside = {n: h for n, h in hits.items() if n <= train_max}
     beyond = {n: h for n, h in hits.items() if n > train_max}
     return {
-        "task": task.name, "scheme": scheme, "seed": seed, "framing": config.framing,
+        "task": task.name, "task_options": task.options(), "scheme": scheme, "seed": seed,
+        "framing": config.framing,
         "length_unit": task.length_unit, "train_lengths": [lo, train_max], "test_max": test_max,
         "hits": {str(n): "".join("1" if h else "0" for h in v) for n, v in hits.items()},
         "accuracy": {str(n): sum(v) / len(v) for n, v in hits.items()},
@@ -223,7 +223,7 @@ _FLOAT = 4
 _EXAMPLE_TOKEN_BYTES, _EXAMPLE_BYTES = 24, 400
 
 
-def plan_cell(task_name: str, config: CellConfig, task_options: dict[str, Any] | None = None) -> dict[str, Any]:
+def plan_cell(task_name: str, config: CellConfig) -> dict[str, Any]:
     """Check, before any work, that one cell's sizes fit in memory; return the planned sizes.
 
     Estimates the largest training step (activations kept for the backward pass,
@@ -233,7 +233,7 @@ def plan_cell(task_name: str, config: CellConfig, task_options: dict[str, Any] |
     """
     from posenc.validation import check_memory
 
-    task = build_task(task_name, **(task_options or {}))
+    task = config.task(task_name)
     lo, train_max, test_max = config.lengths_for(task)
     train_lengths = valid_lengths(task, lo, train_max)
     test_lengths = valid_lengths(task, lo, test_max)

@@ -4,9 +4,9 @@ A :class:`CellConfig` *composes* the library's own configs instead of copying
 their fields: ``model`` is a :class:`~posenc.transformer.ModelConfig` (its
 ``vocab_size`` and ``position`` are filled in per cell from the task and the
 scheme) and ``train`` a :class:`~posenc.train.TrainConfig` (its ``seed`` is the
-cell's seed). What is left here belongs to the benchmark alone: the framing,
-the training and test lengths, the batch size, the evaluation set and the
-convergence gate.
+cell's seed). What is left here belongs to the benchmark alone: the task's
+options (e.g. the digit order of addition's answer), the framing, the training
+and test lengths, the batch size, the evaluation set and the convergence gate.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from posenc.tasks import Task
+from posenc.tasks import Task, build_task
 from posenc.tasks.framing import check_framing
 from posenc.train import TrainConfig
 from posenc.models import ModelConfig
@@ -54,6 +54,8 @@ class CellConfig:
         model: the model (``vocab_size`` and ``position`` are set per cell).
         train: the optimiser, schedule and step budget; ``eval_every`` is how often the
             convergence gate looks; ``seed`` is replaced by the cell's seed.
+        task_options: keyword options of the task (:func:`posenc.tasks.build_task`), e.g.
+            ``{"answer_order": "lsd"}`` for addition; ``{}``: the task's defaults.
         framing: ``decoder`` (prompt + answer, as in the paper) or ``encoder-decoder``.
         train_min, train_max, test_max: lengths (None: the task's default, :data:`TASK_LENGTHS`;
             a ``train_max`` without ``test_max`` tests to twice it).
@@ -67,6 +69,7 @@ class CellConfig:
 
     model: ModelConfig = field(default_factory=_model)
     train: TrainConfig = field(default_factory=_train)
+    task_options: dict[str, Any] = field(default_factory=dict)
     framing: str = "decoder"
     train_min: int = 1
     train_max: int | None = None
@@ -84,6 +87,10 @@ class CellConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
+    def task(self, name: str) -> Task:
+        """The task ``name`` built with this config's options."""
+        return build_task(name, **self.task_options)
+
     def lengths_for(self, task: Task) -> tuple[int, int, int]:
         """(train_min, train_max, test_max) for ``task``, defaults filled in and checked."""
         base_train, base_test = TASK_LENGTHS.get(task.name, (8, 16))
@@ -99,6 +106,7 @@ class CellConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["model"], data["train"] = self.model.to_dict(), self.train.to_dict()
+        data["task_options"] = dict(self.task_options)
         return data
 
     @classmethod

@@ -27,6 +27,7 @@ from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
 from posenc.lengthgen.cell import position_description, train_cell
 from posenc.lengthgen.config import DEFAULT, SCHEMES, CellConfig
+from posenc.tasks import build_task
 from posenc.train import dist_info
 
 
@@ -91,8 +92,19 @@ def current(saved: dict[str, Any], config: CellConfig) -> bool:
     (the one the benchmark would build today, :func:`~posenc.lengthgen.cell.position_description`)."""
     if not same_config(saved.get("config"), config.identity()):
         return False
+    if saved_task_options(saved) != config.task(saved["task"]).options():
+        return False
     now = json.loads(dumps(position_description(saved["task"], saved["scheme"], config)))
     return saved.get("model", {}).get("position") == now
+
+
+def saved_task_options(saved: dict[str, Any]) -> dict[str, Any]:
+    """The task options a saved cell was trained with; a cell saved before cells recorded them was built
+    with the task's defaults of that time, which are today's (a new option keeps the old behaviour as
+    its default), so same_config's "fields added since are ignored" cannot make a changed task current."""
+    if "task_options" in saved:
+        return saved["task_options"]
+    return build_task(saved["task"]).options()
 
 
 def same_config(saved: dict[str, Any] | None, now: dict[str, Any]) -> bool:

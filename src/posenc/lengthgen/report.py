@@ -13,6 +13,7 @@ from typing import Any
 from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
 from posenc.lengthgen.summary import PAPER_LAGGARDS, PAPER_LEADERS, summarise
+from posenc.tasks import build_task
 
 
 def _pct(x: float | None) -> str:
@@ -118,10 +119,12 @@ def missing_line(missing: Sequence[str]) -> str:
 def config_table(configs: dict[str, dict[str, Any]]) -> list[str]:
     """One row per task: the model, the training and the gate its cells share (``configs``: task → identity)."""
     lines = ["Per task, every scheme and seed share one model and one budget (full configuration in results.json):", "",
-             "| task | framing | model | training | batch | gate | test examples per length |",
-             "| --- | --- | --- | --- | ---: | --- | ---: |"]
+             "| task | task options | framing | model | training | batch | gate | test examples per length |",
+             "| --- | --- | --- | --- | --- | ---: | --- | ---: |"]
     for task, cfg in configs.items():
-        lines.append(f"| {task} | {cfg.get('framing')} | {_settings(cfg.get('model', {}), MODEL_FIELDS)} | "
+        built = build_task(task, **(cfg.get("task_options") or {}))
+        options = ", ".join(f"{k} {v}" for k, v in built.options().items()) or "—"
+        lines.append(f"| {task} | {options} | {cfg.get('framing')} | {_settings(cfg.get('model', {}), MODEL_FIELDS)} | "
                      f"{_settings(cfg.get('train', {}), TRAIN_FIELDS)} | {cfg.get('batch_size')} | "
                      f"≥ {cfg.get('threshold')} on {cfg.get('gate_examples')} per training length | "
                      f"{cfg.get('eval_examples')} |")

@@ -25,17 +25,32 @@ def task_names() -> list[str]:
     return list(TASKS)
 
 
-def build_task(name: str, **options: Any) -> Task:
-    """The task registered as ``name`` with its keyword ``options``."""
+def task_option_names(name: str) -> list[str]:
+    """The keyword options task ``name`` takes (e.g. ``num_symbols`` for copy, ``answer_order`` for addition)."""
+    return list(task_class(name)().options())
+
+
+def task_class(name: str) -> type[Task]:
+    """The class registered as ``name``; unknown names raise with the list."""
     try:
-        cls = TASKS[name]
+        return TASKS[name]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}") from None
+
+
+def build_task(name: str, **options: Any) -> Task:
+    """The task registered as ``name`` with its keyword ``options`` (an option it does not take is an
+    error naming the ones it does)."""
+    cls = task_class(name)
+    unknown = sorted(set(options) - set(cls().options()))
+    if unknown:
+        valid = ", ".join(cls().options()) or "none"
+        raise ValueError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; its options: {valid}")
     return cls(**options)
 
 
 __all__ = [
     "BOS", "EOS", "FRAMINGS", "IGNORE", "PAD", "SEP", "SPECIALS", "Addition", "Batch", "Copy", "Example",
     "Reverse", "Scan", "Sort", "Task", "Vocab", "build_task", "collate", "correct", "loss_sum",
-    "sequence_length", "task_names",
+    "sequence_length", "task_class", "task_names", "task_option_names",
 ]

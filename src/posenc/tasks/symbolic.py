@@ -70,13 +70,31 @@ class Sort(_SymbolTask):
 class Addition(Task):
     """``a + b`` → the digits of a + b, where a and b both have exactly ``length`` digits.
 
-    Digits are written most-significant first (as people write them), which is
-    the harder direction for a left-to-right model: the first output digit
-    depends on every carry. The answer has ``length`` or ``length + 1`` digits.
+    The operands are written most-significant digit first, as people write them. The answer
+    is written in ``answer_order``:
+
+    * ``"msd"`` (default): most-significant digit first, the harder direction for a
+      left-to-right model: its first output digit depends on every carry, which it must
+      work out before writing anything.
+    * ``"lsd"``: least-significant digit first (the "reversed" format of Lee et al. 2023,
+      also used by Zhou et al. 2024): each output digit depends on one digit of each
+      operand and the carry just written, the order in which people add.
+
+    The answer has ``length`` or ``length + 1`` digits.
     """
 
     name: ClassVar[str] = "addition"
     length_unit: ClassVar[str] = "digits per operand"
+    ANSWER_ORDERS: ClassVar[tuple[str, ...]] = ("msd", "lsd")
+
+    def __init__(self, *, answer_order: str = "msd") -> None:
+        if answer_order not in self.ANSWER_ORDERS:
+            raise ValueError(f"answer_order must be one of {', '.join(self.ANSWER_ORDERS)}, got {answer_order!r} "
+                             "(msd: most-significant digit first; lsd: least-significant first)")
+        self.answer_order = answer_order
+
+    def options(self) -> dict[str, Any]:
+        return {"answer_order": self.answer_order}
 
     def symbols(self) -> list[str]:
         return [*"0123456789", "+"]
@@ -93,4 +111,6 @@ class Addition(Task):
 
     def make(self, length: int, gen: torch.Generator) -> Example:
         a, b = self._number(length, gen), self._number(length, gen)
-        return Example(source=(*str(a), "+", *str(b)), target=tuple(str(a + b)), length=length)
+        digits = str(a + b)
+        return Example(source=(*str(a), "+", *str(b)),
+                       target=tuple(digits if self.answer_order == "msd" else digits[::-1]), length=length)

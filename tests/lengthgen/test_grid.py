@@ -122,7 +122,7 @@ def test_changed_task_options_retrain_the_cell_and_old_cells_count_as_the_defaul
     lsd = GridConfig(tasks=("addition",), schemes=("none",), seeds=(0,),
                      cell=TINY.with_changes(train_max=1, task_options={"answer_order": "lsd"}))
     (cell,) = run_grid(msd, tmp_path, log=lambda _: None)
-    assert cell["task_options"] == {"answer_order": "msd"}
+    assert cell["task_options"] == {"answer_order": "msd", "operand_order": "msd"}
     with pytest.raises(FileNotFoundError, match="no finished cells"):
         load_cells(tmp_path, lsd)
     # a cell saved before cells recorded their task options was built with the defaults (msd)
@@ -137,4 +137,4 @@ def test_changed_task_options_retrain_the_cell_and_old_cells_count_as_the_defaul
     real = grid_module.train_cell
     monkeypatch.setattr(grid_module, "train_cell", lambda t, s, **kw: trained.append(kw["config"]) or real(t, s, **kw))
     (cell,) = run_grid(lsd, tmp_path, log=lambda _: None)
-    assert len(trained) == 1 and cell["task_options"] == {"answer_order": "lsd"}
+    assert len(trained) == 1 and cell["task_options"] == {"answer_order": "lsd", "operand_order": "msd"}

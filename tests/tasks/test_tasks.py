@@ -90,23 +90,33 @@ def test_size_bound_holds_and_is_reached(name, gen):
     assert build_task("scan").size_bound(48) == (max(len(c) for c, a in commands() if len(a) == 48), 48)
 
 
-def test_addition_answer_orders(gen):
-    """lsd writes the same sum least-significant digit first; the draws of operands are the same."""
+@pytest.mark.parametrize("operand_order", ["msd", "lsd"])
+@pytest.mark.parametrize("answer_order", ["msd", "lsd"])
+def test_addition_digit_orders(answer_order, operand_order, gen):
+    """Each order writes the same numbers, reversed where asked; the operands drawn do not change."""
     lengths = [int(n) for n in torch.randint(1, 12, (60,), generator=gen)]
     seed = int(torch.randint(0, 2**31, (1,), generator=gen))
-    msd = build_task("addition").examples(lengths, torch.Generator().manual_seed(seed))
-    lsd = build_task("addition", answer_order="lsd").examples(lengths, torch.Generator().manual_seed(seed))
-    for m, r in zip(msd, lsd):
-        a, b = "".join(r.source).split("+")
-        assert m.source == r.source and int("".join(reversed(r.target))) == int(a) + int(b)
-        assert r.target == m.target[::-1]
-    assert build_task("addition", answer_order="lsd").describe()["answer_order"] == "lsd"
-    assert build_task("addition").options() == {"answer_order": "msd"}
+    plain = build_task("addition").examples(lengths, torch.Generator().manual_seed(seed))
+    task = build_task("addition", answer_order=answer_order, operand_order=operand_order)
+    ordered = task.examples(lengths, torch.Generator().manual_seed(seed))
+
+    def read(digits, order):  # the number a digit string means, read independently of the task
+        return int("".join(digits if order == "msd" else reversed(digits)))
+
+    for p, o in zip(plain, ordered):
+        a, b = "".join(o.source).split("+")
+        assert len(a) == len(b) == o.length
+        assert read(o.target, answer_order) == read(a, operand_order) + read(b, operand_order)
+        assert (read(a, operand_order), read(b, operand_order)) == tuple(map(int, "".join(p.source).split("+")))
+    assert task.describe()["answer_order"] == answer_order and task.options()["operand_order"] == operand_order
+    assert build_task("addition").options() == {"answer_order": "msd", "operand_order": "msd"}
 
 
 def test_bad_task_options_name_the_valid_ones():
     with pytest.raises(ValueError, match="answer_order must be one of msd, lsd, got 'reversed'"):
         build_task("addition", answer_order="reversed")
+    with pytest.raises(ValueError, match="operand_order must be one of msd, lsd, got 1"):
+        build_task("addition", operand_order=1)
     with pytest.raises(ValueError, match="task 'copy' has no option 'answer_order'; its options: num_symbols"):
         build_task("copy", answer_order="lsd")
     with pytest.raises(ValueError, match="task 'scan' has no option 'x'; its options: none"):

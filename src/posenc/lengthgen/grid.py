@@ -99,12 +99,11 @@ def current(saved: dict[str, Any], config: CellConfig) -> bool:
 
 
 def saved_task_options(saved: dict[str, Any]) -> dict[str, Any]:
-    """The task options a saved cell was trained with; a cell saved before cells recorded them was built
-    with the task's defaults of that time, which are today's (a new option keeps the old behaviour as
-    its default), so same_config's "fields added since are ignored" cannot make a changed task current."""
-    if "task_options" in saved:
-        return saved["task_options"]
-    return build_task(saved["task"]).options()
+    """The task options a saved cell was trained with. An option it did not record (a cell saved before
+    cells recorded them, or before the option existed) had the task's default of that time, which is
+    today's (a new option keeps the old behaviour as its default); filling defaults in here means
+    same_config's "fields added since are ignored" cannot make a changed task current."""
+    return {**build_task(saved["task"]).options(), **saved.get("task_options", {})}
 
 
 def same_config(saved: dict[str, Any] | None, now: dict[str, Any]) -> bool:

@@ -70,31 +70,35 @@ class Sort(_SymbolTask):
 class Addition(Task):
     """``a + b`` → the digits of a + b, where a and b both have exactly ``length`` digits.
 
-    The operands are written most-significant digit first, as people write them. The answer
-    is written in ``answer_order``:
+    The operands are written in ``operand_order``, the answer in ``answer_order``, each
+    ``"msd"`` (most-significant digit first, as people write numbers) or ``"lsd"``:
 
-    * ``"msd"`` (default): most-significant digit first, the harder direction for a
-      left-to-right model: its first output digit depends on every carry, which it must
-      work out before writing anything.
-    * ``"lsd"``: least-significant digit first (the "reversed" format of Lee et al. 2023,
-      also used by Zhou et al. 2024): each output digit depends on one digit of each
-      operand and the carry just written, the order in which people add.
+    * answer ``"msd"`` (default) is the harder direction for a left-to-right model: its
+      first output digit depends on every carry, which it must work out before writing
+      anything.
+    * answer ``"lsd"`` (the "reversed" format of Lee et al. 2023, also used by Zhou et
+      al. 2024): each output digit depends on one digit of each operand and the carry
+      just written, the order in which people add.
+    * operands ``"lsd"`` as well: every answer digit then sits the same distance after
+      the operand digits it adds (a distance that grows with the length), which a model
+      can find by one relative offset per length instead of a mirrored one.
 
     The answer has ``length`` or ``length + 1`` digits.
     """
 
     name: ClassVar[str] = "addition"
     length_unit: ClassVar[str] = "digits per operand"
-    ANSWER_ORDERS: ClassVar[tuple[str, ...]] = ("msd", "lsd")
+    ORDERS: ClassVar[tuple[str, ...]] = ("msd", "lsd")
 
-    def __init__(self, *, answer_order: str = "msd") -> None:
-        if answer_order not in self.ANSWER_ORDERS:
-            raise ValueError(f"answer_order must be one of {', '.join(self.ANSWER_ORDERS)}, got {answer_order!r} "
-                             "(msd: most-significant digit first; lsd: least-significant first)")
-        self.answer_order = answer_order
+    def __init__(self, *, answer_order: str = "msd", operand_order: str = "msd") -> None:
+        for name, value in (("answer_order", answer_order), ("operand_order", operand_order)):
+            if value not in self.ORDERS:
+                raise ValueError(f"{name} must be one of {', '.join(self.ORDERS)}, got {value!r} "
+                                 "(msd: most-significant digit first; lsd: least-significant first)")
+        self.answer_order, self.operand_order = answer_order, operand_order
 
     def options(self) -> dict[str, Any]:
-        return {"answer_order": self.answer_order}
+        return {"answer_order": self.answer_order, "operand_order": self.operand_order}
 
     def symbols(self) -> list[str]:
         return [*"0123456789", "+"]
@@ -110,7 +114,9 @@ class Addition(Task):
         return 2 * length + 1, length + 1
 
     def make(self, length: int, gen: torch.Generator) -> Example:
+        def written(n: int, order: str) -> tuple[str, ...]:
+            return tuple(str(n) if order == "msd" else str(n)[::-1])
+
         a, b = self._number(length, gen), self._number(length, gen)
-        digits = str(a + b)
-        return Example(source=(*str(a), "+", *str(b)),
-                       target=tuple(digits if self.answer_order == "msd" else digits[::-1]), length=length)
+        return Example(source=(*written(a, self.operand_order), "+", *written(b, self.operand_order)),
+                       target=written(a + b, self.answer_order), length=length)

@@ -102,14 +102,19 @@ def add_position(parser: argparse.ArgumentParser, *, default: str | None = "sinu
                             help="an option of the position scheme, repeatable (e.g. base=500000)")
 
 
-def position_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``--position-option`` pairs as a dict; a key given twice is an error naming it."""
+def key_values(pairs: list[tuple[str, Any]] | None, flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs of a repeatable ``flag`` as a dict; a key given twice is an error naming it."""
     options: dict[str, Any] = {}
-    for key, value in getattr(args, "position_option", None) or []:
+    for key, value in pairs or []:
         if key in options:
-            raise ValueError(f"--position-option {key} given twice ({options[key]!r} and {value!r}); give it once")
+            raise ValueError(f"{flag} {key} given twice ({options[key]!r} and {value!r}); give it once")
         options[key] = value
     return options
+
+
+def position_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--position-option`` pairs as a dict; a key given twice is an error naming it."""
+    return key_values(getattr(args, "position_option", None), "--position-option")
 
 
 # -- output -------------------------------------------------------------------------

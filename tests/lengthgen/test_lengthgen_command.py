@@ -155,3 +155,5 @@ def test_task_options_reach_the_tasks_that_take_them_over_the_preset():
     assert grid.config("copy").task_options == preset("copy").task_options
     args = build_parser().parse_args(["lengthgen", "--task", "addition"])
     assert grid_from_args(args).config("addition") == preset("addition")
+    args = build_parser().parse_args(["lengthgen", "--task", "copy", "--gate-examples", "7"])
+    assert grid_from_args(args).config("copy").gate_examples == 7

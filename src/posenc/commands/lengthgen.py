@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from posenc.cli_options import add_out, add_position, add_quiet, add_threads, key_value, out_dir
+from posenc.cli_options import add_out, add_position, add_quiet, add_threads, key_value, key_values, out_dir
 from posenc.validation import finite_float, int_at_least
 
 #: Most optimiser updates one cell may ask for: a larger --steps is a typo, not a plan.
@@ -77,6 +77,8 @@ def add_cell_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dropout", type=finite_float(minimum=0, below=1), default=None)
     g.add_argument("--eval-examples", type=positive, default=None, help="test examples per length")
     g.add_argument("--eval-every", type=positive, default=None, help="convergence-gate check every N steps")
+    g.add_argument("--gate-examples", type=positive, default=None,
+                   help="held-out examples per training length that the convergence gate evaluates")
     g.add_argument("--threshold", type=finite_float(above=0), default=None,
                    help="gate: stop once held-out in-range exact match reaches this (default 0.99)")
     add_threads(g, help="torch threads per process (default 1: the models are tiny; use --jobs for more cores)")
@@ -85,12 +87,7 @@ def add_cell_args(p: argparse.ArgumentParser) -> None:
 
 def given_task_options(args: argparse.Namespace) -> dict[str, Any]:
     """The ``--task-option`` pairs as a dict; a key given twice is an error naming it."""
-    given: dict[str, Any] = {}
-    for key, value in getattr(args, "task_option", None) or []:
-        if key in given:
-            raise ValueError(f"--task-option {key} given twice ({given[key]!r} and {value!r}); give it once")
-        given[key] = value
-    return given
+    return key_values(getattr(args, "task_option", None), "--task-option")
 
 
 def check_task_options(args: argparse.Namespace, tasks: list[str]) -> None:
@@ -114,7 +111,8 @@ def config_from_args(args: argparse.Namespace, base: Any, task: str) -> Any:
     options = {**base.task_options, **{k: v for k, v in given_task_options(args).items() if k in names}}
     config = base.with_changes(
         task_options=options, framing=args.framing, train_max=args.train_max, test_max=args.test_max,
-        batch_size=args.batch_size, eval_examples=args.eval_examples, threshold=args.threshold,
+        batch_size=args.batch_size, eval_examples=args.eval_examples, gate_examples=args.gate_examples,
+        threshold=args.threshold,
         model={"dim": args.dim, "num_heads": args.heads, "num_layers": args.layers, "dropout": args.dropout},
         train={"steps": args.steps, "lr": args.lr, "eval_every": args.eval_every})
     config.task(task)

@@ -1,4 +1,4 @@
-"""One addition cell at width 64 × 4 layers with a chosen digit order, gate size and learning rate.
+"""One addition cell (4 layers, width 64 unless --dim) with a chosen digit order, gate size and learning rate.
 
 The probes that chose addition's preset (benchmarks/lengthgen/README.md, "Addition"). Run from the
 repository root, one torch thread:
@@ -24,9 +24,10 @@ p.add_argument("--operands", default="msd")
 p.add_argument("--gate-examples", type=int, default=100)
 p.add_argument("--lr", type=float, default=5e-3)
 p.add_argument("--steps", type=int, default=12000)
+p.add_argument("--dim", type=int, default=64)
 a = p.parse_args()
 torch.set_num_threads(1)
-config = DEFAULT.with_changes(model={"dim": 64}, gate_examples=a.gate_examples,
+config = DEFAULT.with_changes(model={"dim": a.dim}, gate_examples=a.gate_examples,
                               task_options={"answer_order": a.answer, "operand_order": a.operands},
                               train={"steps": a.steps, "lr": a.lr, "min_lr": a.lr / 10})
 cell = train_cell("addition", a.scheme, seed=a.seed, config=config)

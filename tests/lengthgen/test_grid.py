@@ -123,6 +123,9 @@ def test_changed_task_options_retrain_the_cell_and_old_cells_count_as_the_defaul
                      cell=TINY.with_changes(train_max=1, task_options={"answer_order": "lsd"}))
     (cell,) = run_grid(msd, tmp_path, log=lambda _: None)
     assert cell["task_options"] == {"answer_order": "msd", "operand_order": "msd"}
+    spelled_out = GridConfig(tasks=("addition",), schemes=("none",), seeds=(0,),
+                             cell=TINY.with_changes(train_max=1, task_options={"operand_order": "msd"}))
+    assert len(load_cells(tmp_path, spelled_out)) == 1  # the defaults given by name are the same task
     with pytest.raises(FileNotFoundError, match="no finished cells"):
         load_cells(tmp_path, lsd)
     # a cell saved before cells recorded their task options was built with the defaults (msd)

@@ -90,7 +90,10 @@ def finished(out_dir: str | os.PathLike[str], task: str, scheme: str, seed: int,
 def current(saved: dict[str, Any], config: CellConfig) -> bool:
     """A saved cell still answers for ``config``: the same settings, and the same position scheme set-up
     (the one the benchmark would build today, :func:`~posenc.lengthgen.cell.position_description`)."""
-    if not same_config(saved.get("config"), config.identity()):
+    # the task options are compared as built (defaults filled in), so {} and the defaults spelled out agree
+    saved_config, now = dict(saved.get("config") or {}), config.identity()
+    saved_config.pop("task_options", None), now.pop("task_options")
+    if not saved_config or not same_config(saved_config, now):
         return False
     if saved_task_options(saved) != config.task(saved["task"]).options():
         return False

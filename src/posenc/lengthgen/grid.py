@@ -92,7 +92,8 @@ def current(saved: dict[str, Any], config: CellConfig) -> bool:
     (the one the benchmark would build today, :func:`~posenc.lengthgen.cell.position_description`)."""
     # the task options are compared as built (defaults filled in), so {} and the defaults spelled out agree
     saved_config, now = dict(saved.get("config") or {}), config.identity()
-    saved_config.pop("task_options", None), now.pop("task_options")
+    saved_config.pop("task_options", None)
+    now.pop("task_options")
     if not saved_config or not same_config(saved_config, now):
         return False
     if saved_task_options(saved) != config.task(saved["task"]).options():

@@ -41,12 +41,12 @@ def task_class(name: str) -> type[Task]:
 def build_task(name: str, **options: Any) -> Task:
     """The task registered as ``name`` with its keyword ``options`` (an option it does not take is an
     error naming the ones it does)."""
-    cls = task_class(name)
-    unknown = sorted(set(options) - set(cls().options()))
+    valid = task_option_names(name)
+    unknown = sorted(set(options) - set(valid))
     if unknown:
-        valid = ", ".join(cls().options()) or "none"
-        raise ValueError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; its options: {valid}")
-    return cls(**options)
+        raise ValueError(f"task {name!r} has no option {', '.join(map(repr, unknown))}; "
+                         f"its options: {', '.join(valid) or 'none'}")
+    return task_class(name)(**options)
 
 
 __all__ = [

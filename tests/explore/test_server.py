@@ -215,9 +215,16 @@ def test_concurrent_requests_give_the_sequential_answers(server):
             assert body[key] == want[key], (settings[n % len(settings)], key)
 
 
+def _ctrl_c_as_in_a_terminal():
+    # A job started with `&` by a non-interactive shell inherits SIGINT as ignored, and so would the
+    # server: give it the disposition a terminal gives, so the test does not depend on how pytest was run.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_command_prints_the_url_and_stops_on_ctrl_c():
     proc = subprocess.Popen([sys.executable, "-m", "posenc.cli", "explore", "--port", "0", "--no-browser", "--quiet"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         line = proc.stdout.readline()
         assert line.startswith("posenc explore: http://127.0.0.1:"), line
@@ -238,7 +245,8 @@ def test_command_refuses_a_bad_port_and_warns_off_loopback():
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--port" in bad.stderr and "Traceback" not in bad.stderr
     proc = subprocess.Popen([sys.executable, "-m", "posenc.cli", "explore", "--host", "0.0.0.0", "--port", "0",
-                             "--no-browser", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--no-browser", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_ctrl_c_as_in_a_terminal)
     try:
         assert proc.stdout.readline().startswith("posenc explore: http://")
         proc.send_signal(signal.SIGINT)

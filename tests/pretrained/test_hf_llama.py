@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers", minversion="5.0",
                                    reason="reference tests need HF transformers >= 5, a test-only dependency")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from posenc.inspect.safeload import CheckpointError  # noqa: E402
+from posenc.formats.safetensors import CheckpointError  # noqa: E402
 from posenc.models.llama import build_llama  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 

@@ -16,7 +16,8 @@ import torch
 
 from posenc.inspect.analysis import analyse_positions, analyse_tokens
 from posenc.inspect.locate import detect_tying, locate, rope_from_config
-from posenc.inspect.safeload import Checkpoint, CheckpointError, load_checkpoint, to_float64
+from posenc.formats import Checkpoint, CheckpointError, load_checkpoint
+from posenc.formats.safetensors import to_float64
 from posenc.lab.measures import diagonal_profile, monotonicity, scheme_similarity, scheme_table
 from posenc.validation import check_memory, number
 

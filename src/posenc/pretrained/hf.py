@@ -14,7 +14,7 @@ Three steps, each usable alone:
    is the next one read — never two full copies of the weights in memory.
 3. ``load_hf_folder(path)`` — both of the above for a folder with
    ``config.json``, ``*.safetensors`` (single or sharded, headers validated,
-   pickle refused; see ``posenc.inspect.safeload``) and ``tokenizer.json``.
+   pickle refused; see ``posenc.formats.safetensors``) and ``tokenizer.json``.
 
 HF stores q/k projection rows for the *half* pairing (``rotate_half``); posenc's
 fast rotary kernel is the *interleaved* one, so by default the rows are
@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posenc.inspect.safeload import CheckpointError, load_checkpoint
+from posenc.formats import CheckpointError, load_checkpoint
 from posenc.models.llama import LlamaConfig, LlamaLM, build_llama
 from posenc.positions import convert_qk_weight
 

@@ -194,9 +194,8 @@ class LlamaLM(nn.Module):
         self.embed, self.position = embed, position
         self.layers = nn.ModuleList(layers)
         self.norm, self.head = norm, head
-        # √D rounded to the activation dtype at use, as HF's Gemma does (a buffer: not a learned weight)
-        self.register_buffer("embed_scale", torch.tensor(float(config.dim) ** 0.5) if config.embed_scale else None,
-                             persistent=False)
+        #: √D, rounded to the activation dtype where it is used, as HF's Gemma does (None: no scaling)
+        self.embed_scale = float(config.dim) ** 0.5 if config.embed_scale else None
 
     def schemes(self) -> list[PositionScheme]:
         """The distinct position schemes of the model: the input's and each layer's, each once."""
@@ -231,7 +230,7 @@ class LlamaLM(nn.Module):
         positions = self._positions(ids, positions, cache)
         x = self.embed(ids)  # (B, T, D)
         if self.embed_scale is not None:
-            x = x * self.embed_scale.to(x.dtype)
+            x = x * torch.tensor(self.embed_scale, dtype=x.dtype, device=x.device)
         x = self.position.add(x, positions)  # a no-op unless the input scheme is additive
         # every layer rotates with these positions: one cos/sin gather per scheme and forward (under compile:
         # traced once, nothing to reuse, and no Python state to touch inside the graph)

@@ -55,6 +55,7 @@ from posenc.positions.rotary_scaling import (
     ScaledRoPE,
     YaRNRoPE,
 )
+from posenc.positions.rotary_variants import RECENT_ROPES, MixedNTKRoPE, ProportionalRoPE
 from posenc.positions.xpos import XPos
 
 _REGISTRY: dict[str, type[PositionScheme]] = {}
@@ -189,7 +190,7 @@ for _cls in (
     # additive
     SinusoidalPositions, LearnedPositions, NaiveIndexPositions, ScaledSinusoidalPositions, RandomizedPositions,
     # rotary
-    RoPE, *SCALED_ROPES, XPos,
+    RoPE, *SCALED_ROPES, *RECENT_ROPES, XPos,
     # bias
     ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative,
 ):
@@ -208,11 +209,13 @@ __all__ = [
     "LinearRoPE",
     "Llama3RoPE",
     "LongRoPE",
+    "MixedNTKRoPE",
     "ModelContext",
     "NTKRoPE",
     "NaiveIndexPositions",
     "NoPosition",
     "PositionScheme",
+    "ProportionalRoPE",
     "ROPE_SCALINGS",
     "RandomizedPositions",
     "RoPE",

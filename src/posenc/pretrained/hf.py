@@ -40,7 +40,7 @@ from posenc.positions import convert_qk_weight
 MODEL_TYPES = ("llama", "mistral", "qwen2")
 #: HF rope_type → posenc scheme.
 ROPE_TYPES = {"default": "rope", "linear": "rope-linear", "dynamic": "rope-dynamic-ntk", "yarn": "rope-yarn",
-              "llama3": "rope-llama3", "longrope": "rope-longrope"}
+              "llama3": "rope-llama3", "longrope": "rope-longrope", "proportional": "rope-proportional"}
 PAIRINGS = ("interleaved", "half")
 
 
@@ -73,7 +73,7 @@ def rope_from_hf(hf: dict[str, Any], *, head_dim: int, pairing: str = "interleav
                          f"supported: {', '.join(ROPE_TYPES)}")
     rotary_dim = int(head_dim * float(block.get("partial_rotary_factor", 1.0)))
     options: dict[str, Any] = {"base": float(block["rope_theta"]), "pairing": pairing}
-    if rotary_dim != head_dim:
+    if rotary_dim != head_dim and rope_type != "proportional":  # proportional RoPE reads the share itself
         options["rotary_dim"] = rotary_dim
     max_pos = int(hf.get("max_position_embeddings", 2048))
     original = int(block.get("original_max_position_embeddings") or max_pos)
@@ -90,6 +90,9 @@ def rope_from_hf(hf: dict[str, Any], *, head_dim: int, pairing: str = "interleav
     elif rope_type == "llama3":
         options |= {"factor": float(block["factor"]), "low_freq_factor": float(block["low_freq_factor"]),
                      "high_freq_factor": float(block["high_freq_factor"]), "original_max_len": original}
+    elif rope_type == "proportional":  # HF: partial_rotary_factor is the share of pairs that rotate
+        options |= {"proportion": float(block.get("partial_rotary_factor", 1.0)),
+                    "factor": float(block.get("factor", 1.0))}
     elif rope_type == "longrope":
         factor = block.get("factor") or max_pos / original
         options |= {"short_factor": list(block["short_factor"]), "long_factor": list(block["long_factor"]),

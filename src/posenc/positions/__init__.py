@@ -56,6 +56,7 @@ from posenc.positions.rotary_scaling import (
     YaRNRoPE,
 )
 from posenc.positions.rotary_variants import RECENT_ROPES, MixedNTKRoPE, ProportionalRoPE
+from posenc.positions.temperature import TEMPERATURES, Llama4QueryScale, Llama4Temperature, ScalableSoftmax, SSMax
 from posenc.positions.xpos import XPos
 
 _REGISTRY: dict[str, type[PositionScheme]] = {}
@@ -190,7 +191,7 @@ for _cls in (
     # additive
     SinusoidalPositions, LearnedPositions, NaiveIndexPositions, ScaledSinusoidalPositions, RandomizedPositions,
     # rotary
-    RoPE, *SCALED_ROPES, *RECENT_ROPES, XPos,
+    RoPE, *SCALED_ROPES, *RECENT_ROPES, XPos, *TEMPERATURES,
     # bias
     ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative,
 ):
@@ -208,6 +209,8 @@ __all__ = [
     "LearnedPositions",
     "LinearRoPE",
     "Llama3RoPE",
+    "Llama4QueryScale",
+    "Llama4Temperature",
     "LongRoPE",
     "MixedNTKRoPE",
     "ModelContext",
@@ -221,6 +224,8 @@ __all__ = [
     "RoPE",
     "RotaryScheme",
     "ScaledRoPE",
+    "SSMax",
+    "ScalableSoftmax",
     "ScaledSinusoidalPositions",
     "ShawRelative",
     "SinusoidalPositions",

@@ -41,6 +41,7 @@ from posenc.positions.base import (
 )
 from posenc.positions.bias import KERPLE, ALiBi, KERPLELog, KERPLEPower, T5RelativeBias, alibi_slopes, t5_bucket
 from posenc.positions.fire import FIRE
+from posenc.positions.mrope import MRoPE, pack_positions, unpack_positions
 from posenc.positions.randomized import RandomizedPositions
 from posenc.positions.relative import ShawRelative
 from posenc.positions.rotary import RoPE, apply_rotary, convert_qk_weight, pairing_permutation
@@ -191,7 +192,7 @@ for _cls in (
     # additive
     SinusoidalPositions, LearnedPositions, NaiveIndexPositions, ScaledSinusoidalPositions, RandomizedPositions,
     # rotary
-    RoPE, *SCALED_ROPES, *RECENT_ROPES, XPos, *TEMPERATURES,
+    RoPE, *SCALED_ROPES, *RECENT_ROPES, MRoPE, XPos, *TEMPERATURES,
     # bias
     ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative,
 ):
@@ -213,6 +214,7 @@ __all__ = [
     "Llama4Temperature",
     "LongRoPE",
     "MixedNTKRoPE",
+    "MRoPE",
     "ModelContext",
     "NTKRoPE",
     "NaiveIndexPositions",
@@ -245,8 +247,10 @@ __all__ = [
     "names",
     "option_names",
     "options",
+    "pack_positions",
     "pairing_permutation",
     "register",
     "sinusoid_table",
     "t5_bucket",
+    "unpack_positions",
 ]

@@ -251,7 +251,7 @@ class MultiHeadAttention(nn.Module):
                     k, v, k_pos = cache.append(k, v, k_pos)
         k_len = k.shape[-2]
 
-        bias = self.position.attention_bias(q_pos, k_pos, q)
+        bias = self.position.logit_bias(q, k, q_pos, k_pos)
         dropout = self.dropout if self.training else 0.0
         # square causal attention with nothing else to mask: SDPA's own causal path needs no (Tq, Tk) mask
         # (top-left and bottom-right alignment coincide when Tq == Tk)
@@ -268,7 +268,8 @@ class MultiHeadAttention(nn.Module):
         )
 
         groups = self.num_heads // self.num_kv_heads
-        if need_weights:
+        value_term = self.position.uses_weights  # the scheme adds Σ_j α_ij·r_ij to the output: weights needed
+        if need_weights or value_term:
             if groups > 1:  # each kv head serves `groups` consecutive query heads
                 k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, Tk, Dh)
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)  # (B, H, Tq, Tk)
@@ -277,9 +278,15 @@ class MultiHeadAttention(nn.Module):
             if allowed is not None:
                 scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
             weights = scores.softmax(dim=-1)
-            out = F.dropout(weights, dropout, self.training) @ v
+            dropped = F.dropout(weights, dropout, self.training)
+            out = dropped @ v
+            if value_term:
+                out = out + self.position.value_bias(dropped, q_pos, k_pos).to(out.dtype)  # (B, H, Tq, Dh)
+            weights = weights if need_weights else None
         else:
             weights = None
+            # 1/√Dh of the head width, also when a scheme widens q and k (PoPE: 2·Dh); SDPA's default is 1/√(q width)
+            scale = 1 / math.sqrt(self.head_dim)
             attn_mask: Tensor | None = None
             if bias is not None:
                 # 4-D on purpose: given a 3-D (H, Tq, Tk) mask, CPU SDPA leaves its fused kernel for the math
@@ -293,13 +300,13 @@ class MultiHeadAttention(nn.Module):
             if groups > 1 and q_len == 1 and attn_mask is None:
                 # one decoding query per head: the `groups` query heads of a kv head become `groups` queries of
                 # that head, a plain attention with nothing repeated — 2× faster than enable_gqa on CPU (1 thread)
-                q_folded = q.reshape(batch, self.num_kv_heads, groups, self.head_dim)  # (B, Hkv, g, Dh)
-                out = F.scaled_dot_product_attention(q_folded, k, v, dropout_p=dropout)
+                q_folded = q.reshape(batch, self.num_kv_heads, groups, q.shape[-1])  # (B, Hkv, g, Dh)
+                out = F.scaled_dot_product_attention(q_folded, k, v, dropout_p=dropout, scale=scale)
                 out = out.reshape(batch, self.num_heads, 1, self.head_dim)  # (B, H, 1, Dh)
             else:
                 # enable_gqa reads each kv head for its query group without materialising the repeat: measured on
                 # CPU (1 thread, 9/3 heads, Dh 64) as fast as repeat_interleave + SDPA at 2,048 tokens, 1.1× at 512
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout,
-                                                     is_causal=plain_causal, enable_gqa=groups > 1)
+                                                     is_causal=plain_causal, enable_gqa=groups > 1, scale=scale)
         out = out.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)  # (B, Tq, H·Dh)
         return self.out_proj(out), weights

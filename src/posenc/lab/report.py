@@ -423,6 +423,7 @@ table.values td:first-child{width:14em}
 #: Added to ``CSS`` by the lab report: only the chosen language's text shows, and the switch sits top right.
 LANG_CSS = """
 html[lang=en] [data-l=ko],html[lang=ko] [data-l=en]{display:none}
+html[lang=ko] body{word-break:keep-all} th{white-space:nowrap}
 #lang{float:right;margin-top:.4em;font:inherit;padding:.25em .8em;border:1px solid #bbb;border-radius:4px;
 background:#fafafa;cursor:pointer}
 """

@@ -108,7 +108,7 @@ HEADLINES: dict[str, Callable[[dict], str]] = {
                                       f"{v['neighbour_without']:.3f}→{v['neighbour_with']:.3f}"),
     "permutation": lambda v: (f"등변: 위치 없음 {_n(v['no_position'])}, 위치 고정 {_n(v['position_fixed'])}, "
                               f"위치가 따라감 {_n(v['position_travels'])}"),
-    "pe-module": lambda v: (f"모양 {v['input_shape']}→{v['output_shape']}, 드롭아웃으로 0 이 된 비율 "
+    "pe-module": lambda v: (f"모양 {v['input_shape']}→{v['output_shape']}, 드롭아웃이 지운 비율 "
                             f"{v['dropout_zero_fraction']:.3f}, 부호 바뀜 {v['crossings_per_pair'][:4]}…"),
     "multihead-shapes": lambda v: (f"{v['input_shape']}→{v['output_shape']}, 가려진 키의 가중치 "
                                    f"{_n(v['masked_weight'])}, 가려진 키를 바꾼 효과 {_n(v['masked_keys_effect'])}"),
@@ -128,7 +128,7 @@ HEADLINES: dict[str, Callable[[dict], str]] = {
                                    f"행렬곱 {v['flops']['one_hot_matmul']}"),
     "table-size": lambda v: f"파라미터 {v['parameters']}, 비율 {v['ratios']}",
     "tying": lambda v: f"묶음 {v['parameters']['tied']}, 따로 {v['parameters']['untied']}",
-    "self-score": lambda v: ("자기 행이 1등인 비율: " + ", ".join(_n(x, 2) for x in v["self_top_fraction"])
+    "self-score": lambda v: ("자기 행이 가장 높은 비율: " + ", ".join(_n(x, 2) for x in v["self_top_fraction"])
                              + " (행 길이가 퍼질수록)"),
     "cosine-vs-dot": lambda v: (f"바뀐 코사인 목록 {v['cosine_lists_changed']}; 늘인 행이 맨 앞인 비율 "
                                 + ", ".join(_n(x, 2) for x in v["dot_led_fraction"])),

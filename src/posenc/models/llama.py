@@ -89,15 +89,31 @@ class LlamaConfig(JSONConfig):
     sliding_window: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "dim", "num_layers", "num_heads", "ffn_dim", "max_position_embeddings"):
+        from posenc.families import hf_config as bounds
+        from posenc.validation import check_memory, number
+
+        limits = {"vocab_size": bounds.MAX_VOCAB, "dim": bounds.MAX_WIDTH, "num_layers": bounds.MAX_LAYERS,
+                  "num_heads": bounds.MAX_HEADS, "ffn_dim": bounds.MAX_WIDTH,
+                  "max_position_embeddings": bounds.MAX_CONTEXT, "num_kv_heads": bounds.MAX_HEADS,
+                  "head_dim": bounds.MAX_WIDTH, "sliding_window": bounds.MAX_CONTEXT}
+        for name, limit in limits.items():  # bounded before build_llama makes num_layers modules
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"LlamaConfig.{name} must be a positive integer, got {value!r}")
+            if value is None and name in ("num_kv_heads", "head_dim", "sliding_window"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
+                raise ValueError(f"LlamaConfig.{name} must be a positive integer <= {limit:,}, got {value!r}")
+        number(self.norm_eps, "LlamaConfig.norm_eps", above=0, maximum=1,
+               fix="RMSNorm divides by sqrt(mean(x²) + eps): a NaN, zero or negative eps gives NaN outputs")
         kv = self.kv_heads
         if kv <= 0 or self.num_heads % kv:
             raise ValueError(f"num_heads={self.num_heads} must be a positive multiple of num_kv_heads={kv}")
         if self.head_dim is None and self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}; pass head_dim")
+        d, f, v, q = self.dim, self.ffn_dim, self.vocab_size, self.num_heads * self.attention_head_dim
+        per_layer = 2 * d * q + 2 * d * kv * self.attention_head_dim + 3 * d * f + 2 * d
+        parameters = v * d * (1 if self.tie_embeddings else 2) + self.num_layers * per_layer + d
+        check_memory(2.0 * parameters, f"a Llama model of {parameters:,} parameters (2 bytes each at least)",
+                     fix="the config is not a real model's, or set POSENC_MEMORY_BUDGET (bytes) higher")
 
     @property
     def kv_heads(self) -> int:

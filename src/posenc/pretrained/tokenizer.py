@@ -62,23 +62,15 @@ class Tokenizer:
         if not self.chat_template:
             raise ValueError("this model's tokenizer has no chat template; drop --chat and give the raw prompt")
         try:
-            import jinja2
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+            import jinja2  # noqa: F401
         except ImportError:
             raise ValueError("chat templates need the 'jinja2' package: pip install 'posenc[models]'") from None
+        from posenc.pretrained.chat_template import render
 
-        def raise_exception(message: str) -> None:
-            raise ValueError(f"chat template: {message}")
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-        env.globals["raise_exception"] = raise_exception
         bos = self.token(self.bos_id) if self.bos_id is not None else ""
         eos = self.token(self.eos_id) if self.eos_id is not None else ""
-        try:
-            return env.from_string(self.chat_template).render(
-                messages=messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos)
-        except jinja2.TemplateError as err:
-            raise ValueError(f"the model's chat template failed to render: {err}") from None
+        return render(self.chat_template, messages=messages, add_generation_prompt=add_generation_prompt,
+                      bos_token=bos, eos_token=eos)
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         """Ids of the rendered chat: the template writes its own special tokens, so none are added."""

@@ -1,10 +1,9 @@
 """Issue 25, model files and settings: each hostile case is refused by name, or loads correctly.
 
 Memory bombs run in a capped child process (``model_files.capped``): before the fix they end in a
-MemoryError or a timeout there, so the test fails without taking the machine. Cases marked
-``xfail(strict=True)`` wait for the family config readers (issue 24) to read config.json through
-``posenc.families.hf_config.HFConfig``; they turn into failures (XPASS) the day that lands, as a
-reminder to drop the mark.
+MemoryError or a timeout there, so the test fails without taking the machine. Config fields
+are read by the family readers through ``posenc.families.hf_config.HFConfig``: typed and bounded, named
+with the file.
 """
 
 from __future__ import annotations
@@ -21,10 +20,6 @@ from model_files import hf_folder, load_outcome
 
 from posenc.pretrained import load_pretrained
 
-FAMILY_READERS = pytest.mark.xfail(strict=True, reason="needs the family config readers to read config.json "
-                                                       "through HFConfig (issue 24, the lead's)")
-
-
 def refused(path: Path, *fragments: str, kind: type = ValueError) -> str:
     with pytest.raises(kind) as err:
         load_pretrained(path)
@@ -38,7 +33,8 @@ def refused(path: Path, *fragments: str, kind: type = ValueError) -> str:
 # -- 1. memory bombs -----------------------------------------------------------------------------------------
 def test_num_hidden_layers_of_1e9_is_refused_before_any_module_is_built(tmp_path: Path) -> None:
     outcome = load_outcome(hf_folder(tmp_path / "m", config={"num_hidden_layers": 10**9}))
-    assert outcome.startswith("ValueError: ") and "num_layers" in outcome and "1000000000" in outcome, outcome
+    assert outcome.startswith("ValueError: ") and "num_hidden_layers" in outcome and "config.json" in outcome, outcome
+    assert "1,000,000,000" in outcome and "4,096" in outcome, outcome  # the value and the bound
 
 
 def test_a_model_beyond_the_memory_budget_is_refused_with_the_figure(tmp_path: Path, monkeypatch) -> None:
@@ -78,20 +74,17 @@ def test_a_nan_zero_or_negative_rms_norm_eps_is_refused(tmp_path: Path, eps: flo
     refused(path, "norm_eps", repr(eps))
 
 
-@FAMILY_READERS
 def test_tie_word_embeddings_as_the_string_false_is_refused(tmp_path: Path) -> None:
     refused(hf_folder(tmp_path / "m", config={"tie_word_embeddings": "false"}), "config.json",
             "tie_word_embeddings", "'false'")
 
 
-@FAMILY_READERS
 def test_a_yarn_factor_of_0_is_refused_not_run_as_plain_rope(tmp_path: Path) -> None:
     path = hf_folder(tmp_path / "m", config={"rope_scaling": {"rope_type": "yarn", "factor": 0,
                                                               "original_max_position_embeddings": 32}})
     refused(path, "factor", "0")
 
 
-@FAMILY_READERS
 @pytest.mark.parametrize("field, value", [("rope_theta", "abc"), ("num_attention_heads", 0),
                                           ("hidden_size", 32.5), ("num_hidden_layers", "2")])
 def test_hostile_config_fields_are_named_with_the_file(tmp_path: Path, field: str, value) -> None:

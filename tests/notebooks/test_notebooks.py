@@ -28,8 +28,9 @@ import pytest
 
 import posenc
 from posenc.cli import main
-from posenc.lab.core import EXPERIMENTS, LabConfig
+from posenc.lab.core import LabConfig
 from posenc.lab.course import CHAPTERS, render
+from posenc.lab.experiments import EXPERIMENTS
 from posenc.lab.i18n import ui
 from posenc.lab.report import property_text
 

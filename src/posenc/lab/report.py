@@ -92,7 +92,7 @@ def claim_text(f: Finding, lang: str = "en") -> str:
 
 def title_text(exp_id: str, lang: str = "en") -> str:
     """The short title of experiment ``exp_id`` in ``lang``."""
-    from posenc.lab.core import EXPERIMENTS
+    from posenc.lab.experiments import EXPERIMENTS  # importing it registers every experiment
 
     english = EXPERIMENTS[exp_id].title if exp_id in EXPERIMENTS else exp_id
     return texts_ko.TITLES.get(exp_id, english) if check_lang(lang) == "ko" else english

@@ -11,7 +11,7 @@ import time
 import torch
 
 import posenc.pretrained  # noqa: F401  (imports counted in the baseline)
-from posenc.pretrained.gguf import read_gguf
+from posenc.formats.gguf import read_gguf
 
 torch.set_num_threads(1)
 mib = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # noqa: E731  (KiB on Linux)

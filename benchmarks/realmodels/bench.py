@@ -62,7 +62,7 @@ def prepare(work: Path) -> Path:
         return folder
     from safetensors.torch import save_file
 
-    from posenc.pretrained.gguf import read_gguf
+    from posenc.formats.gguf import read_gguf
 
     ckpt = read_gguf(gguf_path())  # HF layout: q/k rows un-permuted to the half pairing
     folder.mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,7 @@ def measure(path: str, dtype: str) -> dict[str, float]:
     import torch
     import transformers  # noqa: F401
 
-    import posenc.pretrained.gguf  # noqa: F401
+    import posenc.formats.gguf  # noqa: F401
     from posenc.pretrained import load_pretrained
 
     base = rss_mib()

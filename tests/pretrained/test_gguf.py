@@ -10,7 +10,7 @@ import torch
 
 from gguf_helpers import (gguf_tensors, llamacpp_permute, q8_0_bound, tiny_llama, tokenizer_fields,
                           train_tokenizer, write_gguf)
-from posenc.pretrained.gguf import GGUFError, hf_name, read_gguf
+from posenc.formats.gguf import GGUFError, hf_name, read_gguf
 
 
 @pytest.fixture(scope="module")

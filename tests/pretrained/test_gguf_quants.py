@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gguf_helpers import gguf
-from posenc.pretrained.gguf import dequantize, open_gguf
+from posenc.formats.gguf import dequantize, open_gguf
 
 #: K-quant layouts (ggml-common.h): where each block's float16 scale(s) lie, in a block of this many bytes.
 K_FP16 = {"Q2_K": (84, [80, 82]), "Q3_K": (110, [108]), "Q4_K": (144, [0, 2]), "Q5_K": (176, [0, 2]),

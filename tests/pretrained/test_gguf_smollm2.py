@@ -30,7 +30,7 @@ def hf_model():
 
 
 def test_read_matches_hf_loader(hf_model) -> None:
-    from posenc.pretrained.gguf import read_gguf
+    from posenc.formats.gguf import read_gguf
 
     ck = read_gguf(smollm2_path())
     sd = hf_model.state_dict()

@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers", minversion="5.0",
                                    reason="reference tests need HF transformers >= 5, a test-only dependency")
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from posenc.inspect.safeload import CheckpointError  # noqa: E402
+from posenc.formats.safetensors import CheckpointError  # noqa: E402
 from posenc.models.llama import build_llama  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 
@@ -271,12 +271,15 @@ def test_unsupported_rope_type_is_refused_by_name(seed, tmp_path):
         load_pretrained(folder)
 
 
-def test_sliding_window_runs_within_the_window_and_refuses_beyond(seed, tmp_path):
+def test_sliding_window_equals_hf_within_and_beyond_the_window(seed, tmp_path):
     hf = hf_model("mistral", sliding_window=8, max_position_embeddings=64)
     folder = save(hf, tmp_path)
-    pm = assert_matches_hf(hf, folder, torch.randint(0, VOCAB, (1, 8)))
-    with pytest.raises(ValueError, match="exceed this model's sliding attention window of 8"):
-        pm.model(torch.randint(0, VOCAB, (1, 9)))
+    assert_matches_hf(hf, folder, torch.randint(0, VOCAB, (1, 8)))
+    pm = assert_matches_hf(hf, folder, torch.randint(0, VOCAB, (2, 29)))  # 29 > 8: the window binds
+    assert all(str(layer.attn.window) == "sliding 8" for layer in pm.model.layers)
+    cache = pm.model.new_cache()
+    pm.model(torch.randint(0, VOCAB, (1, 29)), cache=cache)
+    assert {c.stored for c in cache} == {7} and {c.length for c in cache} == {29}  # O(W) cache, true positions
     _rewrite_config(folder, model_type="qwen2", use_sliding_window=True)
     with pytest.raises(ValueError, match="use_sliding_window=true"):
         load_pretrained(folder)

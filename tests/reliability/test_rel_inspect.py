@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from posenc.inspect import inspect_checkpoint, load_checkpoint
 from posenc.inspect.analysis import distance_r2
-from posenc.inspect.safeload import CheckpointError
+from posenc.formats.safetensors import CheckpointError
 
 from conftest import assert_refused, posenc
 

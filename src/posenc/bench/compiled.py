@@ -45,7 +45,6 @@ Shape legend: B batch, S source length, T target length, V vocabulary.
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,7 +53,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc.bench.timing import measure
-from posenc.bench.worker import seq2seq_train_step, train_step
+from posenc.bench.checks import MismatchError, check_same
+from posenc.bench.steps import seq2seq_train_step, train_step
 
 PEER = "torch.nn.Transformer"
 LLAMA = "posenc llama"
@@ -100,9 +100,8 @@ def _decoder(model: nn.Module, name: str, *, compiled: bool, backend: str, src: 
 
 
 # -- the Llama pair -----------------------------------------------------------------------------------------
-def _hf_cache_keyword(model: nn.Module) -> str:
-    """The cache argument of HF's forward: ``cache`` (transformers >= 5.2x) or ``past_key_values`` (before)."""
-    return "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+#: The cache argument of HF's forward and the output field that returns it (transformers >= 5.24, the test pin).
+HF_CACHE_ARGUMENT = "cache"
 
 
 def llama_pair(spec: dict[str, Any]) -> tuple[nn.Module, nn.Module] | str:
@@ -151,7 +150,6 @@ def check_llama_pair(model: nn.Module, hf: nn.Module, ids: Tensor) -> float:
 
     Tolerance: float32 round-off of two implementations of the same sums (as tests/pretrained).
     """
-    from posenc.bench.suites import MismatchError, check_same
 
     was = model.training, hf.training
     model.eval(), hf.eval()
@@ -187,7 +185,7 @@ def _llama_decoder(model: nn.Module, name: str, *, compiled: bool, backend: str,
     model = copy.deepcopy(model).eval()
     if name == LLAMA_PEER:
         forward = torch.compile(model, backend=backend, dynamic=True) if compiled else model
-        cache_kw = _hf_cache_keyword(model)
+        cache_kw = HF_CACHE_ARGUMENT
         return torch.no_grad()(lambda: _hf_greedy(forward, prompt, new_tokens, cache_kw))
     if compiled:  # generate calls hidden (then the head on the last position): compile hidden
         model.hidden = torch.compile(model.hidden, backend=backend, fullgraph=True)
@@ -234,7 +232,7 @@ def compile_bench(spec: dict[str, Any]) -> dict[str, Any]:
         import transformers
 
         out["llama"] = {"logits_max_abs_diff": check_llama_pair(*pair, tgt),
-                        "hf_cache_argument": _hf_cache_keyword(pair[1]), "transformers": transformers.__version__}
+                        "hf_cache_argument": HF_CACHE_ARGUMENT, "transformers": transformers.__version__}
         llamas = {LLAMA: pair[0], LLAMA_PEER: pair[1]}
         groups["llama"] = list(llamas)
         out["parameters"].update({k: sum(p.numel() for p in m.parameters()) for k, m in llamas.items()})

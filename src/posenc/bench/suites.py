@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.bench import peers
+from posenc.bench.checks import MismatchError, check_same
 from posenc.bench.timing import Stats, measure
 from posenc.positions import RoPE, build, lookup, names
 
@@ -68,20 +69,6 @@ class Case:
     def to_dict(self) -> dict[str, Any]:
         return {"suite": self.suite, "name": self.name, "floor": self.floor, "posenc": self.posenc,
                 "stats": {k: v.to_dict() for k, v in self.stats.items()}, "facts": self.facts}
-
-
-class MismatchError(RuntimeError):
-    """A peer disagreed with posenc: its timing would compare different computations."""
-
-
-def check_same(name: str, got: Tensor, want: Tensor, *, atol: float, rtol: float = 0.0) -> float:
-    """Raise MismatchError unless ``got`` equals ``want`` to tolerance; return the max abs difference."""
-    if got.shape != want.shape:
-        raise MismatchError(f"{name}: shape {tuple(got.shape)} differs from posenc's {tuple(want.shape)}")
-    diff = float((got.double() - want.double()).abs().max()) if got.numel() else 0.0
-    if not torch.allclose(got.double(), want.double(), atol=atol, rtol=rtol):
-        raise MismatchError(f"{name}: differs from posenc by up to {diff:.3g} (allowed {atol:g} + {rtol:g}·|x|)")
-    return diff
 
 
 # -- RoPE ---------------------------------------------------------------------------------------------------

@@ -90,30 +90,13 @@ def attention_memory(spec: dict[str, Any]) -> dict[str, Any]:
     return {"peak_extra_mb": peak.extra_mb}
 
 
-def train_step(logits: Any, targets: Any, opt: Any, vocab: int) -> Any:
-    """One training step: ``logits()`` (B, T, V) against ``targets`` (B, T), cross-entropy, backward, update."""
-    import torch.nn.functional as F
-
-    def step() -> float:
-        loss = F.cross_entropy(logits().reshape(-1, vocab), targets.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return float(loss.detach())
-    return step
-
-
-def seq2seq_train_step(forward: Any, opt: Any, src: Any, tgt: Any, vocab: int) -> Any:
-    """Teacher forcing: ``forward(src, tgt_in)`` (a model, or its compiled form) predicts tgt[:, 1:]."""
-    return train_step(lambda: forward(src, tgt[:, :-1]), tgt[:, 1:], opt, vocab)
-
-
 def train(spec: dict[str, Any]) -> dict[str, Any]:
     """Time AdamW training steps of posenc's EncoderDecoder or torch.nn.Transformer on random tokens."""
     import torch
 
     from posenc import ModelConfig, build_encoder_decoder
     from posenc.bench.peers import TorchTransformerSeq2Seq
+    from posenc.bench.steps import seq2seq_train_step
     from posenc.bench.timing import minor_faults
 
     torch.manual_seed(0)

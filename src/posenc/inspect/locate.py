@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from posenc.inspect.safeload import Checkpoint, CheckpointError, to_float64
+from posenc.formats.safetensors import Checkpoint, CheckpointError, to_float64
 from posenc.positions import PositionScheme, build, names, option_names
 
 ROLE_SUFFIXES: dict[str, tuple[str, ...]] = {

@@ -35,9 +35,11 @@ from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.models.config import JSONConfig
+from posenc.models.decoder_parts import BLOCKS, FFNS, NORMS, GatedFFN, PreNormBlock, RMSNorm
+from posenc.plan import FULL, LayerSpec, Window, format_plan, parse_plan, plan_rows
 from posenc.embedding import OutputHead, TokenEmbedding, count_parameters
 from posenc.models.builders import output_head_for
-from posenc.positions import PositionScheme, build, check_positions, default_positions
+from posenc.positions import PositionScheme, build, check_positions, default_positions, lookup
 from posenc.checks import compiling
 from posenc.positions.rotary import positions_fixed
 
@@ -66,9 +68,25 @@ class LlamaConfig(JSONConfig):
             puts one on all four projections).
         ffn_bias: biases in the SwiGLU projections (HF ``mlp_bias``).
         tie_embeddings: the output head reuses the token table.
-        sliding_window: a model trained with sliding-window attention (Mistral v0.1)
-            attends to at most this many keys; posenc runs it exactly for
-            sequences that fit in the window and refuses longer ones.
+        sliding_window: every layer without a plan entry attends to at most this
+            many keys (Mistral v0.1): a sliding window of W keys, itself included.
+        layer_plan: one ``posenc.plan.LayerSpec`` (or its dict) per layer — its own
+            scheme (rotary, bias or none), window and query scale; layers with equal
+            scheme settings share one built scheme. None: every layer uses
+            ``position`` with ``sliding_window``. With a plan, ``position`` acts
+            only at the input, and only if it is additive.
+        family: the model family the config was read for ("llama", "gemma3", …); informational.
+        block: the residual layout, a name of ``posenc.models.decoder_parts.BLOCKS``
+            ("pre", "sandwich", "parallel").
+        norm: the norm, a name of ``NORMS`` ("rms", "rms-offset", "layer").
+        ffn: the gated feed-forward, a name of ``FFNS`` ("swiglu", "geglu").
+        qk_norm: a norm over each head's queries and keys before the rotation
+            ("none" or a name of ``NORMS``; a layer spec's ``qk_norm=False`` turns it off there).
+        attn_scale: the softmax scale, default 1/√Dh (Gemma: ``query_pre_attn_scalar``^−½).
+        embed_scale: multiply token vectors by √D (Gemma), rounded to the activation dtype as HF does.
+        logit_scale: multiply the logits by this (Cohere).
+        final_softcap: logits → c·tanh(logits / c) (Gemma 2); None: off.
+        attn_sinks: one learned sink logit per head in every attention (GPT-OSS).
     """
 
     vocab_size: int
@@ -87,6 +105,17 @@ class LlamaConfig(JSONConfig):
     ffn_bias: bool = False
     tie_embeddings: bool = False
     sliding_window: int | None = None
+    layer_plan: Sequence[Any] | None = None
+    family: str = "llama"
+    block: str = "pre"
+    norm: str = "rms"
+    ffn: str = "swiglu"
+    qk_norm: str = "none"
+    attn_scale: float | None = None
+    embed_scale: bool = False
+    logit_scale: float | None = None
+    final_softcap: float | None = None
+    attn_sinks: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "num_layers", "num_heads", "ffn_dim", "max_position_embeddings"):
@@ -98,6 +127,33 @@ class LlamaConfig(JSONConfig):
             raise ValueError(f"num_heads={self.num_heads} must be a positive multiple of num_kv_heads={kv}")
         if self.head_dim is None and self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}; pass head_dim")
+        for name, choices in (("block", BLOCKS), ("norm", NORMS), ("ffn", FFNS), ("qk_norm", {"none": 0, **NORMS})):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"LlamaConfig.{name} must be one of {sorted(choices)}, got {getattr(self, name)!r}")
+        for name in ("attn_scale", "logit_scale", "final_softcap"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
+                raise ValueError(f"LlamaConfig.{name} must be a finite number > 0 or None, got {value!r}")
+        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window < 1):
+            raise ValueError(f"LlamaConfig.sliding_window must be a positive integer or None, "
+                             f"got {self.sliding_window!r}")
+        if self.layer_plan is not None:  # kept as plain data (JSON), checked here
+            object.__setattr__(self, "layer_plan", tuple(spec.to_dict() for spec in
+                                                         parse_plan(self.layer_plan, self.num_layers)))
+            for i, spec in enumerate(self.plan):
+                family = lookup(spec.position).family
+                if family == "additive":
+                    raise ValueError(f"layer_plan[{i}]: {spec.position!r} is additive — it acts once, at the input, "
+                                     "not in a layer; make it the model's position instead")
+
+    @property
+    def plan(self) -> tuple[LayerSpec, ...]:
+        """Every layer's spec: ``layer_plan`` parsed, or ``position`` + ``sliding_window`` for every layer."""
+        if self.layer_plan is not None:
+            return parse_plan(self.layer_plan, self.num_layers)
+        window = FULL if self.sliding_window is None else Window("sliding", self.sliding_window)
+        spec = LayerSpec(position=self.position, position_options=dict(self.position_options), window=window)
+        return (spec,) * self.num_layers
 
     @property
     def kv_heads(self) -> int:
@@ -108,51 +164,15 @@ class LlamaConfig(JSONConfig):
         return self.dim // self.num_heads if self.head_dim is None else self.head_dim
 
 
-class RMSNorm(nn.Module):
-    """Root-mean-square layer norm (Zhang & Sennrich, 2019): x / rms(x) · g, no mean, no bias.
-
-    Computed in float32 and cast back before the gain, as HF ``LlamaRMSNorm``
-    does, so 16-bit models round where the reference rounds.
-    """
-
-    def __init__(self, dim: int, *, eps: float = 1e-5) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: Tensor) -> Tensor:
-        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # (..., D) float32
-        return self.weight * normed.to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"{self.weight.shape[0]}, eps={self.eps}"
-
-
-class SwiGLU(nn.Module):
-    """Gated feed-forward (Shazeer, 2020, "GLU Variants Improve Transformer"): down(silu(gate(x)) · up(x))."""
+class SwiGLU(GatedFFN):
+    """Gated feed-forward with a SiLU gate (Shazeer, 2020): down(silu(gate(x)) · up(x)) — the Llama family's FFN."""
 
     def __init__(self, *, dim: int, hidden: int, bias: bool = False) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(dim, hidden, bias=bias)
-        self.up_proj = nn.Linear(dim, hidden, bias=bias)
-        self.down_proj = nn.Linear(hidden, dim, bias=bias)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) → (B, T, D)
+        super().__init__(dim=dim, hidden=hidden, bias=bias, activation="swiglu")
 
 
-class LlamaBlock(nn.Module):
-    """x + attn(norm(x)), then x + ffn(norm(x)): the pre-norm residual block of the Llama family."""
-
-    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_norm: nn.Module, ffn_norm: nn.Module) -> None:
-        super().__init__()
-        self.attn_norm, self.attn = attn_norm, attn
-        self.ffn_norm, self.ffn = ffn_norm, ffn
-
-    def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
-        h, _ = self.attn(self.attn_norm(x), q_pos=positions, causal=True, cache=cache)
-        x = x + h
-        return x + self.ffn(self.ffn_norm(x))
+#: The Llama family's block: pre-norm attention and FFN branches.
+LlamaBlock = PreNormBlock
 
 
 class LlamaLM(nn.Module):
@@ -168,12 +188,21 @@ class LlamaLM(nn.Module):
     """
 
     def __init__(self, *, config: LlamaConfig, embed: TokenEmbedding, position: PositionScheme,
-                 layers: Sequence[LlamaBlock], norm: nn.Module, head: OutputHead) -> None:
+                 layers: Sequence[nn.Module], norm: nn.Module, head: OutputHead) -> None:
         super().__init__()
         self.config = config
         self.embed, self.position = embed, position
         self.layers = nn.ModuleList(layers)
         self.norm, self.head = norm, head
+        #: √D, rounded to the activation dtype where it is used, as HF's Gemma does (None: no scaling)
+        self.embed_scale = float(config.dim) ** 0.5 if config.embed_scale else None
+
+    def schemes(self) -> list[PositionScheme]:
+        """The distinct position schemes of the model: the input's and each layer's, each once."""
+        seen: dict[int, PositionScheme] = {id(self.position): self.position}
+        for layer in self.layers:
+            seen.setdefault(id(layer.attn.position), layer.attn.position)
+        return list(seen.values())
 
     def new_cache(self) -> list[KVCache]:
         """One empty KV cache per layer, for ``forward(..., cache=...)`` and ``generate``."""
@@ -189,11 +218,6 @@ class LlamaLM(nn.Module):
             positions = check_positions(positions).to(ids.device)
             if positions.shape[-1] != ids.shape[1]:
                 raise ValueError(f"{positions.shape[-1]} positions given for {ids.shape[1]} tokens")
-        window = self.config.sliding_window
-        if window is not None and offset + ids.shape[1] > window:
-            raise ValueError(
-                f"{offset + ids.shape[1]} tokens exceed this model's sliding attention window of {window}; "
-                "posenc runs sliding-window models only within one window — use a shorter input")
         return positions
 
     def hidden(self, ids: Tensor, *, positions: Tensor | None = None, cache: list[KVCache] | None = None) -> Tensor:
@@ -204,17 +228,33 @@ class LlamaLM(nn.Module):
             cache: from ``new_cache()``; ids then holds only the new tokens.
         """
         positions = self._positions(ids, positions, cache)
-        x = self.position.add(self.embed(ids), positions)  # (B, T, D); a no-op for rotary schemes
-        # every layer rotates with these positions: one cos/sin gather per forward (under compile: traced once,
-        # nothing to reuse, and no Python state to touch inside the graph)
-        with contextlib.nullcontext() if compiling() else positions_fixed(self.position):
+        x = self.embed(ids)  # (B, T, D)
+        if self.embed_scale is not None:
+            x = x * torch.tensor(self.embed_scale, dtype=x.dtype, device=x.device)
+        x = self.position.add(x, positions)  # a no-op unless the input scheme is additive
+        # every layer rotates with these positions: one cos/sin gather per scheme and forward (under compile:
+        # traced once, nothing to reuse, and no Python state to touch inside the graph)
+        with contextlib.ExitStack() as stack:
+            if not compiling():
+                for scheme in self.schemes():
+                    stack.enter_context(positions_fixed(scheme))
             for i, layer in enumerate(self.layers):
                 x = layer(x, positions=positions, cache=None if cache is None else cache[i])
         return self.norm(x)
 
+    def logits(self, h: Tensor) -> Tensor:
+        """Hidden states (…, D) → logits (…, V): the head, then the family's logit scale or soft cap."""
+        out = self.head(h)
+        if self.config.logit_scale is not None:
+            out = out * self.config.logit_scale
+        if self.config.final_softcap is not None:
+            cap = self.config.final_softcap
+            out = torch.tanh(out / cap) * cap
+        return out
+
     def forward(self, ids: Tensor, *, positions: Tensor | None = None, cache: list[KVCache] | None = None) -> Tensor:
         """ids (B, T) → logits (B, T, V); see ``hidden`` for the arguments."""
-        return self.head(self.hidden(ids, positions=positions, cache=cache))
+        return self.logits(self.hidden(ids, positions=positions, cache=cache))
 
     @torch.no_grad()
     def generate(
@@ -252,7 +292,7 @@ class LlamaLM(nn.Module):
             for layer_cache in cache:  # under torch.compile: one decoding graph for every cache length
                 layer_cache.mark_dynamic()
             h = self.hidden(new, cache=cache)[:, -1]  # (B, D): only the last position needs logits
-            nxt = next_token(self.head(h).float(), temperature=temperature, top_k=top_k, top_p=top_p,
+            nxt = next_token(self.logits(h).float(), temperature=temperature, top_k=top_k, top_p=top_p,
                              generator=generator)  # (B,)
             if stops.numel():
                 nxt = torch.where(done, stops[0], nxt)
@@ -266,13 +306,23 @@ class LlamaLM(nn.Module):
         return ids
 
     def describe(self) -> dict[str, Any]:
+        """What was built: config, the input scheme, every layer's scheme / window / query scale, and the
+        number of distinct schemes the layers share."""
+        ids = {id(s): i for i, s in enumerate(self.schemes())}
+        plan = self.config.plan
         return {
-            "kind": "llama",
+            "kind": "llama" if self.config.family == "llama" else f"decoder ({self.config.family})",
             "config": self.config.to_dict(),
             "position": {**self.position.describe(), "parameters": count_parameters(self.position)},
+            "layers": plan_rows(plan, [ids[id(layer.attn.position)] for layer in self.layers]),
+            "schemes_built": len({id(layer.attn.position) for layer in self.layers}),
             "embeddings": {"tied_output": self.head.tied},
             "parameters": count_parameters(self),
         }
+
+    def plan_table(self) -> str:
+        """The layer plan as a text table (``posenc inspect`` prints it)."""
+        return format_plan(plan_rows(self.config.plan))
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -309,36 +359,59 @@ def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = 
 
 
 def build_llama(config: LlamaConfig, *, device: str | torch.device | None = None) -> LlamaLM:
-    """Assemble a LlamaLM: the position scheme is built once and shared by every attention.
+    """Assemble a decoder from its config: parts by name, one built scheme per distinct layer setting.
 
     Args:
         device: where the parameters are created; ``"meta"`` gives the structure
             without memory (``posenc.pretrained`` fills it with checkpoint tensors
-            one by one). The position scheme is always built for real, on the
-            default device: its own buffers, if any, are not in a checkpoint.
+            one by one). Position schemes are always built for real, on the
+            default device: their own buffers, if any, are not in a checkpoint.
     """
     cfg = config
-    # the scheme is told the model's heads, head width, trained context and that the stack is causal
-    position = build(cfg.position, dim=cfg.num_heads * cfg.attention_head_dim, num_heads=cfg.num_heads,
-                     max_length=cfg.max_position_embeddings, causal=True, **dict(cfg.position_options))
+    # each scheme is told the model's heads, head width, trained context and that the stack is causal
+    def make(name: str, options: dict[str, Any]) -> PositionScheme:
+        return build(name, dim=cfg.num_heads * cfg.attention_head_dim, num_heads=cfg.num_heads,
+                     max_length=cfg.max_position_embeddings, causal=True, **options)
+
+    plan = cfg.plan
+    shared: dict[str, PositionScheme] = {}
+    if cfg.layer_plan is None:  # one scheme for the input hook and every layer, as always
+        shared[plan[0].scheme_key()] = position = make(cfg.position, dict(cfg.position_options))
+    else:
+        position = make(cfg.position, dict(cfg.position_options)) if lookup(cfg.position).family == "additive" \
+            else make("none", {})
+    layer_schemes = []
+    for spec in plan:
+        key = spec.scheme_key()
+        if key not in shared:
+            shared[key] = make(spec.position, dict(spec.position_options))
+        layer_schemes.append(shared[key])
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        return _assemble(cfg, position)
+        return _assemble(cfg, position, plan, layer_schemes)
 
 
-def _assemble(cfg: LlamaConfig, position: PositionScheme) -> LlamaLM:
+def _assemble(cfg: LlamaConfig, position: PositionScheme, plan: Sequence[LayerSpec],
+              layer_schemes: Sequence[PositionScheme]) -> LlamaLM:
     token = TokenEmbedding(vocab_size=cfg.vocab_size, dim=cfg.dim - position.extra_width, scale=False)
-    layers = [
-        LlamaBlock(
-            attn=MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads,
-                                    head_dim=cfg.attention_head_dim, bias=cfg.qkv_bias, out_bias=cfg.out_bias,
-                                    position=position),
-            ffn=SwiGLU(dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias),
-            attn_norm=RMSNorm(cfg.dim, eps=cfg.norm_eps),
-            ffn_norm=RMSNorm(cfg.dim, eps=cfg.norm_eps),
-        )
-        for _ in range(cfg.num_layers)
-    ]
+    norm = NORMS[cfg.norm]
+    block_cls, norm_names = BLOCKS[cfg.block]
+    head_dim = cfg.attention_head_dim
+
+    def qk_norm(spec: LayerSpec) -> nn.Module | None:
+        on = cfg.qk_norm != "none" if spec.qk_norm is None else spec.qk_norm
+        if not on:
+            return None
+        return NORMS["rms" if cfg.qk_norm == "none" else cfg.qk_norm](head_dim, eps=cfg.norm_eps)
+
+    layers = []
+    for spec, scheme in zip(plan, layer_schemes):
+        attn = MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=head_dim,
+                                  bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme, window=spec.window,
+                                  scale=cfg.attn_scale, q_norm=qk_norm(spec), k_norm=qk_norm(spec),
+                                  query_scale=spec.query_scale, sinks=cfg.attn_sinks)
+        ffn = GatedFFN(dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias, activation=cfg.ffn)
+        layers.append(block_cls(attn=attn, ffn=ffn, **{n: norm(cfg.dim, eps=cfg.norm_eps) for n in norm_names}))
     head = output_head_for(token, dim=cfg.dim, vocab_size=cfg.vocab_size, tie=cfg.tie_embeddings,
                            position=cfg.position)
     return LlamaLM(config=cfg, embed=token, position=position, layers=layers,
-                   norm=RMSNorm(cfg.dim, eps=cfg.norm_eps), head=head)
+                   norm=norm(cfg.dim, eps=cfg.norm_eps), head=head)

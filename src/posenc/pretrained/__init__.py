@@ -63,7 +63,7 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     if path.is_file() and path.suffix.lower() == ".gguf":
         return _load_gguf(path, dtype=dtype, device=device, pairing=pairing)
     if path.is_file():
-        from posenc.inspect.safeload import refuse_pickle
+        from posenc.formats.safetensors import refuse_pickle
 
         refuse_pickle(path)
         raise ValueError(f"{path}: give the model's folder (config.json + *.safetensors + tokenizer.json) "
@@ -79,7 +79,7 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
 def _load_gguf(path: Path, *, dtype: torch.dtype, device: str | torch.device, pairing: str) -> Pretrained:
     """A GGUF file: ``read_gguf`` gives HF-layout tensors and config; the HF path does the rest."""
     from posenc.models.llama import build_llama
-    from posenc.pretrained.gguf import read_gguf
+    from posenc.formats.gguf import read_gguf
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
 
     # interleaved: run llama.cpp's q/k rows as stored (no permutation at all); half: rows un-permuted as read

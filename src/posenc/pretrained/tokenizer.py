@@ -3,7 +3,7 @@
 One class for both checkpoint formats: an HF folder supplies ``tokenizer.json``
 (+ ``tokenizer_config.json`` for the chat template and special tokens), a GGUF
 file supplies a ``tokenizers.Tokenizer`` built from its metadata
-(``posenc.pretrained.gguf``).
+(``posenc.formats.gguf``).
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def _pre_tokenizer(pre: str, path: Path):
     from tokenizers import Regex, pre_tokenizers
 
     if pre not in PRE_TOKENIZERS:
-        from posenc.pretrained.gguf import GGUFError
+        from posenc.formats.gguf import GGUFError
 
         raise GGUFError(f"{path}: tokenizer.ggml.pre = {pre!r} is a pre-tokenizer posenc does not build; supported: "
                         f"{sorted(PRE_TOKENIZERS)}. Load the model's HF folder (with tokenizer.json) instead")
@@ -98,7 +98,7 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
     """
     from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
-    from posenc.pretrained.gguf import GGUFError
+    from posenc.formats.gguf import GGUFError
 
     kind = meta.get("tokenizer.ggml.model")
     if kind is None:
@@ -145,6 +145,6 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
 
 def read_tokenizer(path: str | Path):
     """Just the tokenizer of a GGUF file (no tensor is read)."""
-    from posenc.pretrained.gguf import open_gguf, read_metadata
+    from posenc.formats.gguf import open_gguf, read_metadata
 
     return tokenizer_from_metadata(read_metadata(open_gguf(path)), Path(path))

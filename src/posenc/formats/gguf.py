@@ -1,0 +1,457 @@
+"""Reading a llama.cpp GGUF file: HF-style config, dequantised tensors in HF layout, and its tokenizer.
+
+>>> from posenc.formats.gguf import read_gguf                     # doctest: +SKIP
+>>> ckpt = read_gguf("SmolLM2-135M-Instruct.Q4_1.gguf")             # doctest: +SKIP
+>>> ckpt.hf_config["num_key_value_heads"], ckpt.tokenizer.encode("Hello").ids   # doctest: +SKIP
+(3, [19556])
+
+A GGUF file (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md) holds
+key/value metadata (the model's shape under llama.cpp's key names, and the
+tokenizer's vocabulary, merges and special ids) followed by tensors, each in
+one GGML type: float (F32, F16, BF16) or block-quantised (Q8_0, Q4_1, Q4_K,
+...). It is read with the ``gguf`` package that llama.cpp itself publishes
+(``GGUFReader``, memory-mapped) and dequantised with that package's numpy
+dequantisers, one tensor at a time. Nothing is unpickled.
+
+Three things differ from a Hugging Face checkpoint and are undone here:
+
+- names: ``blk.N.attn_q.weight`` → ``model.layers.N.self_attn.q_proj.weight``
+  and so on (:data:`LAYER_NAMES`);
+- shapes: GGUF lists dimensions fastest-first (``[in, out]``); the numpy view
+  the reader gives is already ``(out, in)``, the ``nn.Linear`` layout;
+- q/k row order: llama.cpp's converter (``convert_hf_to_gguf.py``,
+  ``LlamaModel.permute``) reorders each head's q and k projection rows from
+  HF's half pairing (rotate coordinate i with i + d/2) into the interleaved
+  pairing its kernels use (rotate 2i with 2i + 1). :func:`read_gguf` undoes it
+  by default (``pairing="half"``, the rows exactly as HF stores them); with
+  ``keep_interleaved=True`` the rows stay as stored and a model must rotate
+  with posenc's interleaved pairing — both compute the same attention scores.
+
+What loads: ``general.architecture == "llama"`` with full rotary, RoPE
+scaling none / linear / yarn, the tensors of the llama layout (no biases) in
+one of :data:`SUPPORTED_TYPES`, and a byte-level BPE tokenizer
+(``tokenizer.ggml.model == "gpt2"``) whose ``tokenizer.ggml.pre`` is one of
+``posenc.formats.gguf_tokenizer.PRE_TOKENIZERS``. In practice: SmolLM /
+SmolLM2 files (checked against HF on the real SmolLM2-135M-Instruct Q4_1), and
+Llama 3.0-style files (pre ``llama-bpe``; not tried on a real file).
+
+Refused, each with an error naming the file and the key or tensor:
+
+- other architectures, e.g. ``qwen2`` (every Qwen2 GGUF);
+- SentencePiece tokenizers (``tokenizer.ggml.model == "llama"``): Llama 2,
+  TinyLlama and Mistral 7B v0.1–v0.3 files, although written under the
+  ``llama`` architecture; likewise a pre-tokenizer not in the list (e.g.
+  Mistral's ``tekken``);
+- a ``rope_freqs.weight`` tensor (Llama 3.1 / 3.2's llama3-type RoPE
+  frequency factors);
+- partial rotary (``llama.rope.dimension_count`` below the head width);
+- RoPE scaling types other than linear and yarn, and other GGML types.
+
+The models refused here load from their HF folders (``posenc.pretrained.hf``:
+model types llama, mistral, qwen2; any ``tokenizer.json``; partial rotary;
+RoPE types default, linear, dynamic, yarn, llama3, longrope).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from posenc.formats.safetensors import Checkpoint, CheckpointError, TensorEntry
+from posenc.positions.rotary import convert_qk_weight
+
+#: Architectures (``general.architecture``) read by :func:`read_gguf`.
+SUPPORTED_ARCHS = ("llama",)
+#: GGML tensor types dequantised (with the ``gguf`` package's own numpy dequantisers).
+SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
+                   "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
+#: GGUF tensor name → HF name for the tensors outside the blocks.
+TOP_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+#: ``blk.N.<key>`` → ``model.layers.N.<value>``.
+LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+#: Values dequantised per call (a large table is decoded in row chunks of about this size).
+DEQUANT_CHUNK = 1 << 20
+_BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+_INSTALL = "pip install gguf"
+
+
+class GGUFError(CheckpointError):
+    """A GGUF file that cannot be read: the message names the file, the tensor or key, and the fix."""
+
+
+@dataclass
+class GGUFCheckpoint:
+    """What :func:`read_gguf` returns.
+
+    Attributes:
+        path: the file read.
+        hf_config: the model's settings under HF ``config.json`` keys (``model_type`` "llama").
+        tensors: HF name → float tensor in HF layout (``nn.Linear`` weights ``(out, in)``).
+        pairing: "half" (q/k rows un-permuted, as HF stores them) or "interleaved" (as llama.cpp stores them).
+        tokenizer: a ``tokenizers.Tokenizer`` built from the file's metadata.
+        chat_template, bos_id, eos_id, pad_id, unk_id, add_bos_token: from the metadata (None when absent).
+        tensor_types: HF name → the GGML type it was stored in ("Q4_1", "F32", ...).
+        metadata: every scalar metadata value (arrays left out), by GGUF key.
+    """
+
+    path: Path
+    hf_config: dict[str, Any]
+    tensors: dict[str, Tensor]
+    pairing: str
+    tokenizer: Any
+    chat_template: str | None = None
+    bos_id: int | None = None
+    eos_id: int | None = None
+    pad_id: int | None = None
+    unk_id: int | None = None
+    add_bos_token: bool = False
+    tensor_types: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+# -- opening ------------------------------------------------------------------------------------------------------
+def _gguf():
+    try:
+        import gguf
+    except ImportError:  # pragma: no cover - gguf is installed with posenc[gguf]
+        raise ImportError(f"reading GGUF files needs the `gguf` package: {_INSTALL}") from None
+    return gguf
+
+
+def open_gguf(path: str | Path):
+    """A memory-mapped ``gguf.GGUFReader`` over ``path``, with a clear error for a file that is not one.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        GGUFError: not a GGUF file (wrong magic), truncated, or malformed.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise GGUFError(f"{path}: not a GGUF file (it starts with {magic!r}, a GGUF file starts with b'GGUF'). "
+                        "Point posenc at a .gguf file written by llama.cpp or the gguf package")
+    reader_cls = _gguf().GGUFReader
+    try:
+        reader = reader_cls(str(path), "r")
+    except (ValueError, IndexError, KeyError, OSError, UnicodeDecodeError, OverflowError) as err:
+        raise GGUFError(f"{path}: cannot be read as GGUF ({type(err).__name__}: {err}) — the file is truncated or "
+                        "corrupt. Download it again") from None
+    size = path.stat().st_size
+    for t in reader.tensors:  # the reader maps lazily; a short file shows as a tensor running past the end
+        if t.data_offset + t.n_bytes > size:
+            raise GGUFError(f"{path}: tensor {t.name!r} ends at byte {t.data_offset + t.n_bytes} but the file has "
+                            f"{size} bytes — the file is truncated. Download it again")
+    return reader
+
+
+def read_metadata(reader) -> dict[str, Any]:
+    """Every metadata value by key (arrays as lists; the ``GGUF.*`` header fields left out)."""
+    out: dict[str, Any] = {}
+    for key, f in reader.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        out[key] = f.contents()
+    return out
+
+
+# -- config ---------------------------------------------------------------------------------------------------------
+def _need(meta: dict[str, Any], key: str, path: Path) -> Any:
+    if key not in meta:
+        raise GGUFError(f"{path}: metadata key {key!r} is missing; the file was not written by a llama.cpp converter "
+                        "for this architecture. Re-convert it with llama.cpp's convert_hf_to_gguf.py")
+    return meta[key]
+
+
+def _rope_scaling(meta: dict[str, Any], arch: str, path: Path) -> dict[str, Any] | None:
+    """HF ``rope_scaling`` from llama.cpp's ``{arch}.rope.scaling.*`` keys (None when unscaled)."""
+    kind = meta.get(f"{arch}.rope.scaling.type")
+    factor = meta.get(f"{arch}.rope.scaling.factor", meta.get(f"{arch}.rope.scale_linear"))
+    if kind is None and factor is not None:
+        kind = "linear"  # older files: only rope.scale_linear
+    if kind in (None, "none") or factor in (None, 1.0) and kind == "linear":
+        return None
+    if kind == "linear":
+        return {"rope_type": "linear", "factor": float(factor)}
+    if kind == "yarn":
+        out: dict[str, Any] = {"rope_type": "yarn", "factor": float(factor)}
+        original = meta.get(f"{arch}.rope.scaling.original_context_length")
+        if original is not None:
+            out["original_max_position_embeddings"] = int(original)
+        for key, hf in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow"),
+                        ("attn_factor", "attention_factor")):
+            value = meta.get(f"{arch}.rope.scaling.{key}")
+            if value is not None:
+                out[hf] = float(value)
+        return out
+    raise GGUFError(f"{path}: RoPE scaling type {kind!r} ({arch}.rope.scaling.type) is not supported; "
+                    "supported: none, linear, yarn")
+
+
+def _float32(value: float) -> float:
+    """A float32 metadata value as the decimal it was written from (1e-05, not 9.999999747378752e-06)."""
+    return float(repr(np.float32(value)).removeprefix("np.float32(").removesuffix(")"))
+
+
+def config_from_metadata(meta: dict[str, Any], path: Path, *, vocab_size: int | None = None) -> dict[str, Any]:
+    """The HF ``config.json`` dict of a llama-architecture GGUF file."""
+    arch = _need(meta, "general.architecture", path)
+    if arch not in SUPPORTED_ARCHS:
+        raise GGUFError(f"{path}: architecture {arch!r} is not supported; posenc reads GGUF architectures "
+                        f"{list(SUPPORTED_ARCHS)} (the name llama.cpp writes Llama, Mistral, SmolLM files under). "
+                        "Use the model's HF safetensors folder instead if posenc supports its model_type")
+    key = lambda name: _need(meta, f"{arch}.{name}", path)  # noqa: E731
+    hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
+    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
+    head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // heads))
+    rope_dim = int(meta.get(f"{arch}.rope.dimension_count", head_dim))
+    if rope_dim != head_dim:
+        raise GGUFError(f"{path}: {arch}.rope.dimension_count = {rope_dim} but the head width is {head_dim}; partial "
+                        "rotary llama files are not supported (llama.cpp permutes the whole head)")
+    vocab = meta.get(f"{arch}.vocab_size", vocab_size)
+    if vocab is None:
+        tokens = meta.get("tokenizer.ggml.tokens")
+        vocab = len(tokens) if tokens is not None else None
+    if vocab is None:
+        raise GGUFError(f"{path}: neither {arch}.vocab_size nor a tokenizer vocabulary gives the vocabulary size")
+    config: dict[str, Any] = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": hidden,
+        "intermediate_size": int(key("feed_forward_length")),
+        "num_hidden_layers": int(key("block_count")),
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "rms_norm_eps": _float32(key("attention.layer_norm_rms_epsilon")),
+        "rope_theta": _float32(meta.get(f"{arch}.rope.freq_base", 10000.0)),  # llama.cpp's default when absent
+        "max_position_embeddings": int(key("context_length")),
+        "vocab_size": int(vocab),
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
+    scaling = _rope_scaling(meta, arch, path)
+    if scaling is not None:
+        config["rope_scaling"] = scaling
+    for gguf_key, hf_key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                             ("padding_token_id", "pad_token_id")):
+        if f"tokenizer.ggml.{gguf_key}" in meta:
+            config[hf_key] = int(meta[f"tokenizer.ggml.{gguf_key}"])
+    return config
+
+
+def hf_name(gguf_name: str) -> str | None:
+    """The HF name of a GGUF tensor name, or None for a name outside the llama layout."""
+    if gguf_name in TOP_NAMES:
+        return TOP_NAMES[gguf_name]
+    m = _BLOCK.match(gguf_name)
+    if m and m.group(2) in LAYER_NAMES:
+        return f"model.layers.{m.group(1)}.{LAYER_NAMES[m.group(2)]}"
+    return None
+
+
+def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """HF name → shape of every tensor a llama checkpoint with this config holds (head included)."""
+    d, inter, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    q, kv = config["num_attention_heads"] * config["head_dim"], config["num_key_value_heads"] * config["head_dim"]
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d,),
+                                          "lm_head.weight": (v, d)}
+    per_layer = {"input_layernorm.weight": (d,), "self_attn.q_proj.weight": (q, d), "self_attn.k_proj.weight": (kv, d),
+                 "self_attn.v_proj.weight": (kv, d), "self_attn.o_proj.weight": (d, q),
+                 "post_attention_layernorm.weight": (d,), "mlp.gate_proj.weight": (inter, d),
+                 "mlp.up_proj.weight": (inter, d), "mlp.down_proj.weight": (d, inter)}
+    for i in range(config["num_hidden_layers"]):
+        shapes.update({f"model.layers.{i}.{k}": s for k, s in per_layer.items()})
+    return shapes
+
+
+# -- tensors --------------------------------------------------------------------------------------------------------
+def type_name(t) -> str:
+    return t.tensor_type.name
+
+
+def tensor_shape(t) -> tuple[int, ...]:
+    """HF shape of a reader tensor: GGUF's dimensions (fastest first) reversed."""
+    return tuple(int(n) for n in reversed(t.shape.tolist()))
+
+
+def dequantize(t, path: Path) -> np.ndarray:
+    """One reader tensor as a float32 array of its HF shape (refusing types posenc does not dequantise)."""
+    kind = type_name(t)
+    if kind not in SUPPORTED_TYPES:
+        raise GGUFError(f"{path}: tensor {t.name!r} is stored as {kind}, which posenc does not dequantise; "
+                        f"supported: {', '.join(SUPPORTED_TYPES)}. Use a file quantised to one of those "
+                        "(e.g. Q8_0 or Q4_K_M)")
+    shape = tensor_shape(t)
+    if kind == "F32":
+        return np.array(t.data, dtype=np.float32).reshape(shape)  # a copy out of the memory map
+    data = t.data.reshape(shape[0], -1) if len(shape) > 1 else t.data.reshape(1, -1)  # whole blocks per row
+    out = np.empty((data.shape[0], shape[-1]), dtype=np.float32)
+    step = max(1, DEQUANT_CHUNK // shape[-1])
+    for i in range(0, data.shape[0], step):  # row chunks: the dequantiser's temporaries stay small
+        out[i : i + step] = _gguf().quants.dequantize(data[i : i + step], t.tensor_type)
+    return out.reshape(shape)
+
+
+def index_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """HF name → reader tensor, after checking every name and shape against ``config`` (nothing is read).
+
+    Raises:
+        GGUFError: a tensor outside the llama layout, a shape the metadata contradicts, or missing tensors.
+    """
+    want = expected_shapes(config)
+    found: dict[str, Any] = {}
+    for t in reader.tensors:
+        name = hf_name(t.name)
+        if name is None:
+            hint = (" (llama 3 style RoPE frequency factors, which posenc does not read yet)"
+                    if t.name == "rope_freqs.weight" else "")
+            raise GGUFError(f"{path}: tensor {t.name!r}{hint} is not part of the llama layout posenc reads; "
+                            "expected token_embd, blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,"
+                            "ffn_gate,ffn_up,ffn_down}, output_norm and (optionally) output")
+        if name not in want:
+            raise GGUFError(f"{path}: tensor {t.name!r} is beyond the {config['num_hidden_layers']} blocks the "
+                            "metadata declares; the file is inconsistent. Re-convert it")
+        if tensor_shape(t) != want[name]:
+            raise GGUFError(f"{path}: tensor {t.name!r} has shape {list(tensor_shape(t))} (HF layout) but the "
+                            f"metadata implies {list(want[name])}; the file is inconsistent. Re-convert it")
+        found[name] = t
+    missing = [n for n in want if n not in found and n != "lm_head.weight"]
+    if missing:
+        raise GGUFError(f"{path}: {len(missing)} tensor(s) missing, e.g. {missing[:3]} (GGUF names: "
+                        f"{[_gguf_name(n) for n in missing[:3]]}); the file is incomplete. Download it again")
+    return found
+
+
+def load_tensor(t, name: str, config: dict[str, Any], path: Path, *, keep_interleaved: bool = False) -> Tensor:
+    """One tensor dequantised to float32 in HF layout; q/k rows un-permuted unless ``keep_interleaved``."""
+    w = torch.from_numpy(dequantize(t, path))
+    heads = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
+    proj = name.split(".")[-2]
+    if proj in heads and not keep_interleaved:
+        # llama.cpp stored each head's rows as (d/2, 2) pairs; HF stores them as (2, d/2) halves
+        w = convert_qk_weight(w, num_heads=heads[proj], head_dim=config["head_dim"],
+                              source="interleaved", target="half")
+    return w
+
+
+def iter_tensors(reader, path: Path, config: dict[str, Any], *, keep_interleaved: bool = False,
+                 dtype: torch.dtype = torch.float32) -> Iterator[tuple[str, str, Tensor]]:
+    """(HF name, GGML type, tensor) for each tensor of the file, dequantised one at a time.
+
+    Names and shapes are checked against ``config`` before anything is dequantised.
+    """
+    for name, t in index_tensors(reader, path, config).items():
+        yield name, type_name(t), load_tensor(t, name, config, path, keep_interleaved=keep_interleaved).to(dtype)
+
+
+def _gguf_name(name: str) -> str:
+    for g, h in TOP_NAMES.items():
+        if h == name:
+            return g
+    layer, rest = name.removeprefix("model.layers.").split(".", 1)
+    return f"blk.{layer}." + {v: k for k, v in LAYER_NAMES.items()}[rest]
+
+
+# -- reading a whole file ------------------------------------------------------------------------------------------
+def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
+              dtype: torch.dtype = torch.float32) -> GGUFCheckpoint:
+    """Read a llama-architecture GGUF file: config, dequantised tensors (HF names and layout) and tokenizer.
+
+    Args:
+        path: the ``.gguf`` file.
+        keep_interleaved: keep q/k projection rows in llama.cpp's interleaved-pair order
+            (run the model with ``pairing="interleaved"``); default: un-permute them to HF's half layout.
+        dtype: dtype of the returned tensors (dequantisation itself is float32; each tensor is cast as read).
+
+    Returns:
+        A :class:`GGUFCheckpoint`. With tied embeddings (no ``output.weight``),
+        ``tensors`` holds no ``lm_head.weight`` and ``hf_config["tie_word_embeddings"]`` is True.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        GGUFError: not GGUF, truncated, unsupported architecture / tensor type / tokenizer,
+            missing tensors or shapes that disagree with the metadata.
+    """
+    from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
+
+    path = Path(path)
+    reader = open_gguf(path)
+    meta = read_metadata(reader)
+    config = config_from_metadata(meta, path)
+    tensors: dict[str, Tensor] = {}
+    types: dict[str, str] = {}
+    for name, kind, w in iter_tensors(reader, path, config, keep_interleaved=keep_interleaved, dtype=dtype):
+        tensors[name], types[name] = w, kind
+    config["tie_word_embeddings"] = "lm_head.weight" not in tensors
+    tok = tokenizer_from_metadata(meta, path)
+    get = lambda key: int(meta[key]) if key in meta else None  # noqa: E731
+    return GGUFCheckpoint(
+        path=path, hf_config=config, tensors=tensors, pairing="interleaved" if keep_interleaved else "half",
+        tokenizer=tok, chat_template=meta.get("tokenizer.chat_template"),
+        bos_id=get("tokenizer.ggml.bos_token_id"), eos_id=get("tokenizer.ggml.eos_token_id"),
+        pad_id=get("tokenizer.ggml.padding_token_id"), unk_id=get("tokenizer.ggml.unknown_token_id"),
+        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)), tensor_types=types,
+        metadata={k: v for k, v in meta.items() if not isinstance(v, list)},
+    )
+
+
+# -- `posenc inspect` -----------------------------------------------------------------------------------------------
+@dataclass
+class GGUFInspectCheckpoint(Checkpoint):
+    """A GGUF file seen through ``posenc inspect``'s :class:`Checkpoint`: tensors dequantised on demand.
+
+    ``entries`` carry HF names, HF shapes and the GGML type as ``dtype``; reading
+    the token table dequantises that one tensor only.
+    """
+
+    reader_tensors: dict[str, Any] = field(default_factory=dict)
+
+    def tensor(self, name: str) -> Tensor:
+        self._check_name(name)
+        return load_tensor(self.reader_tensors[name], name, self.config, Path(self.source))
+
+
+def inspect_checkpoint_of(path: str | Path) -> Checkpoint:
+    """The :class:`Checkpoint` ``posenc inspect`` measures for a GGUF file: HF names, config and vocabulary."""
+    path = Path(path)
+    reader = open_gguf(path)
+    meta = read_metadata(reader)
+    config = config_from_metadata(meta, path)
+    found = index_tensors(reader, path, config)
+    config["tie_word_embeddings"] = "lm_head.weight" not in found
+    entries = {name: TensorEntry(name, path, type_name(t), tensor_shape(t), (int(t.data_offset),
+                                                                            int(t.data_offset + t.n_bytes)))
+               for name, t in found.items()}
+    tokens = meta.get("tokenizer.ggml.tokens")
+    ckpt = GGUFInspectCheckpoint(source=str(path), entries=entries, config=config,
+                                 vocab=list(tokens) if tokens is not None else None,
+                                 vocab_source=f"{path} (tokenizer.ggml.tokens)" if tokens is not None else None,
+                                 reader_tensors=found)
+    ckpt.notes.append(f"GGUF file: config from its metadata; tensors dequantised from "
+                      f"{', '.join(sorted(set(e.dtype for e in entries.values())))} when measured")
+    return ckpt

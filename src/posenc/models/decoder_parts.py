@@ -1,0 +1,188 @@
+"""The parts decoder families are assembled from: norms, gated feed-forwards, and three block layouts.
+
+Each family picks its parts by name (``NORMS``, ``FFNS``, ``BLOCKS``) in its
+config; the builder (``posenc.models.llama.build_llama``) looks the names up
+here and nothing else asks which family it holds.
+
+=================  ==============================================================  ==========================
+name               what                                                            used by
+=================  ==============================================================  ==========================
+norm ``rms``       x / rms(x) · g, cast before the gain                            Llama, Qwen, SmolLM, Phi-3
+norm ``rms-offset`` x / rms(x) · (1 + g) in float32, cast after (zero-centred g)   Gemma 3 / 4
+norm ``layer``     (x − mean) / std · g, no bias, float32                          Cohere 2
+norm ``rms-unit``  x / rms(x), no gain                                             Llama 4 QK-norm
+ffn ``swiglu``     down(silu(gate(x)) · up(x))                                     Llama family
+ffn ``geglu``      down(gelu_tanh(gate(x)) · up(x))                                Gemma
+block ``pre``      x + attn(n₁(x)); x + ffn(n₂(x))                                  Llama family
+block ``sandwich`` x + n₂(attn(n₁(x))); x + n₄(ffn(n₃(x)))                           Gemma 2 / 3 / 4
+block ``parallel`` x + attn(n(x)) + ffn(n(x))                                       Cohere, GPT-J, GPT-NeoX
+=================  ==============================================================  ==========================
+
+References used to verify: HF ``transformers`` ``LlamaRMSNorm``,
+``Gemma3RMSNorm``, ``CohereLayerNorm``, ``Llama4TextL2Norm``, ``Gemma3MLP``
+and the decoder layers of Llama, Gemma 3 and Cohere 2 (``tests/families``).
+
+Shape legend: B batch, T sequence length, D model width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posenc.attention import KVCache, MultiHeadAttention
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square layer norm (Zhang & Sennrich, 2019): x / rms(x) · g, no mean, no bias.
+
+    Computed in float32 and cast back before the gain, as HF ``LlamaRMSNorm``
+    does, so 16-bit models round where the reference rounds.
+    """
+
+    def __init__(self, dim: int, *, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # (..., D) float32
+        return self.weight * normed.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+class OffsetRMSNorm(RMSNorm):
+    """Gemma's RMSNorm: x / rms(x) · (1 + g) with a zero-centred gain g, multiplied in float32, then cast.
+
+    A checkpoint stores g (zeros = identity); the float32 product before the
+    cast is where Gemma rounds differently from Llama (HF ``Gemma3RMSNorm``).
+    """
+
+    def __init__(self, dim: int, *, eps: float = 1e-6) -> None:
+        super().__init__(dim, eps=eps)
+        nn.init.zeros_(self.weight)
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return (normed * (1.0 + self.weight.float())).to(x.dtype)
+
+
+class UnitRMSNorm(nn.Module):
+    """x / rms(x) with no gain (Llama 4's QK-norm, HF ``Llama4TextL2Norm``), in float32, cast back."""
+
+    def __init__(self, dim: int, *, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class BiasFreeLayerNorm(nn.Module):
+    """LayerNorm with a gain and no bias, in float32 (HF ``CohereLayerNorm``)."""
+
+    def __init__(self, dim: int, *, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (F.layer_norm(x.float(), (x.shape[-1],), eps=self.eps) * self.weight.float()).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+#: norm name → class(dim, eps=...).
+NORMS: dict[str, Callable[..., nn.Module]] = {"rms": RMSNorm, "rms-offset": OffsetRMSNorm, "layer": BiasFreeLayerNorm,
+                                             "rms-unit": UnitRMSNorm}
+
+
+def _gelu_tanh(x: Tensor) -> Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+#: gated-FFN name → activation of the gate.
+FFNS: dict[str, Callable[[Tensor], Tensor]] = {"swiglu": F.silu, "geglu": _gelu_tanh}
+
+
+class GatedFFN(nn.Module):
+    """Gated feed-forward (Shazeer, 2020, "GLU Variants Improve Transformer"): down(act(gate(x)) · up(x)).
+
+    Args:
+        dim: D; hidden: F; bias: biases on the three projections;
+        activation: a name of ``FFNS`` ("swiglu": SiLU gate, "geglu": tanh-GELU gate).
+    """
+
+    def __init__(self, *, dim: int, hidden: int, bias: bool = False, activation: str = "swiglu") -> None:
+        super().__init__()
+        if activation not in FFNS:
+            raise ValueError(f"ffn must be one of {sorted(FFNS)}, got {activation!r}")
+        self.activation = activation
+        self.gate_proj = nn.Linear(dim, hidden, bias=bias)
+        self.up_proj = nn.Linear(dim, hidden, bias=bias)
+        self.down_proj = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(FFNS[self.activation](self.gate_proj(x)) * self.up_proj(x))  # (B, T, F) → (B, T, D)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"
+
+
+class PreNormBlock(nn.Module):
+    """x + attn(norm(x)), then x + ffn(norm(x)): the pre-norm residual block of the Llama family."""
+
+    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_norm: nn.Module, ffn_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = attn_norm, attn
+        self.ffn_norm, self.ffn = ffn_norm, ffn
+
+    def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
+        h, _ = self.attn(self.attn_norm(x), q_pos=positions, causal=True, cache=cache)
+        x = x + h
+        return x + self.ffn(self.ffn_norm(x))
+
+
+class SandwichBlock(nn.Module):
+    """x + post(attn(pre(x))), then x + post(ffn(pre(x))): a norm before and after each branch (Gemma)."""
+
+    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_norm: nn.Module, attn_post_norm: nn.Module,
+                 ffn_norm: nn.Module, ffn_post_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.attn, self.attn_post_norm = attn_norm, attn, attn_post_norm
+        self.ffn_norm, self.ffn, self.ffn_post_norm = ffn_norm, ffn, ffn_post_norm
+
+    def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
+        h, _ = self.attn(self.attn_norm(x), q_pos=positions, causal=True, cache=cache)
+        x = x + self.attn_post_norm(h)
+        return x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))
+
+
+class ParallelBlock(nn.Module):
+    """x + attn(norm(x)) + ffn(norm(x)): both branches read one norm of the same input (Cohere, GPT-J)."""
+
+    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.attn, self.ffn = attn_norm, attn, ffn
+
+    def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
+        h = self.attn_norm(x)
+        a, _ = self.attn(h, q_pos=positions, causal=True, cache=cache)
+        return x + a + self.ffn(h)
+
+
+#: block name → (class, the norms it takes besides the attention and the FFN).
+BLOCKS: dict[str, tuple[type[nn.Module], tuple[str, ...]]] = {
+    "pre": (PreNormBlock, ("attn_norm", "ffn_norm")),
+    "sandwich": (SandwichBlock, ("attn_norm", "attn_post_norm", "ffn_norm", "ffn_post_norm")),
+    "parallel": (ParallelBlock, ("attn_norm",)),
+}

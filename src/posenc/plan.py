@@ -1,0 +1,258 @@
+"""The layer plan: each decoder layer's own position scheme, attention window and query scaling.
+
+Models released since 2024 treat positions per layer. Gemma 3 alternates five
+sliding-window layers (RoPE base 10,000) with one global layer (base 10⁶);
+SmolLM3 and Llama 4 leave every fourth layer without positions; Cohere 2
+pairs sliding RoPE layers with global NoPE layers; Llama 4 chunks the
+attention of its RoPE layers and scales the queries of its NoPE layers by a
+temperature that grows with position. A plan states all of that as data, one
+``LayerSpec`` per layer::
+
+    plan = [LayerSpec(position="rope", position_options={"base": 1e4}, window=Window("sliding", 512))] * 5 \\
+         + [LayerSpec(position="rope", position_options={"base": 1e6})]
+
+Layers with equal ``(position, position_options)`` share one built scheme
+(one cos/sin table, not eighteen): see ``build_schemes``.
+
+Windows count tokens in sequence order (what a KV cache holds), not position
+values, exactly as HF's masks do:
+
+* ``full`` — query i sees keys 0 … i;
+* ``sliding(W)`` — query i sees keys i − W + 1 … i (W keys, itself included);
+* ``chunked(C)`` — query i sees the keys of its own chunk up to itself:
+  ⌊j / C⌋ = ⌊i / C⌋ and j ≤ i (Llama 4's chunked attention).
+
+Attention runs windows blockwise, without a T×T mask (``posenc.attention``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+WindowKind = Literal["full", "sliding", "chunked"]
+WINDOW_KINDS: tuple[str, ...] = ("full", "sliding", "chunked")
+QUERY_SCALES: tuple[str, ...] = ("llama4",)
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which keys a query may see: ``full``, ``sliding`` (size W keys) or ``chunked`` (chunk size C).
+
+    Raises:
+        ValueError: an unknown kind, a size on ``full`` or none on the others.
+    """
+
+    kind: WindowKind = "full"
+    size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in WINDOW_KINDS:
+            raise ValueError(f"window kind must be one of {WINDOW_KINDS}, got {self.kind!r}")
+        if self.kind == "full":
+            if self.size is not None:
+                raise ValueError(f"a full window takes no size, got size={self.size}")
+        elif isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
+            raise ValueError(f"a {self.kind} window needs a positive integer size, got {self.size!r}")
+
+    @property
+    def full(self) -> bool:
+        return self.kind == "full"
+
+    def first_visible(self, index: int) -> int:
+        """The sequence index of the first key the query at sequence index ``index`` sees."""
+        if self.kind == "sliding":
+            return max(0, index - self.size + 1)  # type: ignore[operator]
+        if self.kind == "chunked":
+            return index // self.size * self.size  # type: ignore[operator]
+        return 0
+
+    def binds(self, first_key: int, last_query: int) -> bool:
+        """Whether the window hides some key from some query when keys from sequence index ``first_key`` are
+        held and the last query is at ``last_query`` (causal attention otherwise)."""
+        if self.kind == "sliding":
+            return last_query - first_key >= self.size  # type: ignore[operator]
+        if self.kind == "chunked":
+            return first_key // self.size != last_query // self.size  # type: ignore[operator]
+        return False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind} if self.full else {"kind": self.kind, "size": self.size}
+
+    def __str__(self) -> str:
+        return "full" if self.full else f"{self.kind} {self.size:,}"
+
+
+FULL = Window()
+
+
+@dataclass(frozen=True)
+class QueryScale:
+    """A per-position factor on the queries of a layer (an attention temperature).
+
+    ``llama4``: Llama 4's temperature tuning of its NoPE layers (HF
+    ``Llama4TextAttention``): q · (ln(⌊(p + 1) / floor_scale⌋ + 1) · attn_scale + 1)
+    at position p — 1 for p + 1 < floor_scale, then growing with log p, so that
+    attention over very long contexts does not flatten.
+
+    Reference used to verify: HF ``transformers`` ``Llama4TextAttention``
+    (``tests/families/test_llama4.py``).
+    """
+
+    kind: str
+    options: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in QUERY_SCALES:
+            raise ValueError(f"query scale must be one of {QUERY_SCALES}, got {self.kind!r}")
+        want = {"floor_scale", "attn_scale"}
+        if set(self.options) != want:
+            raise ValueError(f"query scale {self.kind!r} takes options {sorted(want)}, got {sorted(self.options)}")
+        floor_scale, attn_scale = float(self.options["floor_scale"]), float(self.options["attn_scale"])
+        if not (math.isfinite(floor_scale) and floor_scale > 0):
+            raise ValueError(f"llama4 floor_scale must be a finite number > 0, got {floor_scale}")
+        if not math.isfinite(attn_scale):
+            raise ValueError(f"llama4 attn_scale must be finite, got {attn_scale}")
+
+    def factors(self, positions: Any) -> Any:
+        """The factor per position, float32 like the reference (positions: an integer tensor (T,) or (B, T))."""
+        floor_scale, attn_scale = float(self.options["floor_scale"]), float(self.options["attn_scale"])
+        return ((positions.float() + 1.0) / floor_scale).floor().add(1.0).log() * attn_scale + 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **{k: float(v) for k, v in self.options.items()}}
+
+    def __str__(self) -> str:
+        opts = ", ".join(f"{k}={v:g}" for k, v in self.options.items())
+        return f"{self.kind}({opts})"
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer's position setting: scheme (or "none"), options, window, query scale, QK-norm override.
+
+    Args:
+        position: a registered rotary, bias or none scheme (additive schemes act
+            once at the input: they are the model's ``position``, not a layer's).
+        position_options: that scheme's options.
+        window: which keys a query sees (default full).
+        query_scale: a per-position factor on the queries (Llama 4's NoPE layers).
+        qk_norm: this layer normalises q and k per head (None: the model's setting);
+            Llama 4 does so only in its RoPE layers.
+    """
+
+    position: str = "rope"
+    position_options: Mapping[str, Any] = field(default_factory=dict)
+    window: Window = FULL
+    query_scale: QueryScale | None = None
+    qk_norm: bool | None = None
+
+    def scheme_key(self) -> str:
+        """Equal keys ⇒ one shared built scheme."""
+        return json.dumps([self.position, dict(self.position_options)], sort_keys=True, default=repr)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"position": self.position, "position_options": dict(self.position_options),
+                               "window": self.window.to_dict()}
+        if self.query_scale is not None:
+            out["query_scale"] = self.query_scale.to_dict()
+        if self.qk_norm is not None:
+            out["qk_norm"] = self.qk_norm
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "LayerSpec":
+        """The spec ``to_dict`` wrote (JSON: windows and scales as objects)."""
+        if isinstance(data, LayerSpec):
+            return data
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a layer spec must be an object, got {data!r}")
+        unknown = sorted(set(data) - {"position", "position_options", "window", "query_scale", "qk_norm"})
+        if unknown:
+            raise ValueError(f"unknown layer spec field(s) {unknown}; valid: position, position_options, window, "
+                             "query_scale, qk_norm")
+        window = data.get("window") or {"kind": "full"}
+        if isinstance(window, Window):
+            win = window
+        elif isinstance(window, Mapping):
+            win = Window(window.get("kind", "full"), window.get("size"))
+        else:
+            raise ValueError(f"a layer's window must be an object like {{'kind': 'sliding', 'size': 512}}, "
+                             f"got {window!r}")
+        scale = data.get("query_scale")
+        if scale is not None and not isinstance(scale, QueryScale):
+            if not isinstance(scale, Mapping) or "kind" not in scale:
+                raise ValueError(f"a layer's query_scale must be an object with a 'kind', got {scale!r}")
+            scale = QueryScale(scale["kind"], {k: v for k, v in scale.items() if k != "kind"})
+        options = data.get("position_options") or {}
+        if not isinstance(options, Mapping):
+            raise ValueError(f"a layer's position_options must be an object, got {options!r}")
+        qk_norm = data.get("qk_norm")
+        if qk_norm is not None and not isinstance(qk_norm, bool):
+            raise ValueError(f"a layer's qk_norm must be true, false or absent, got {qk_norm!r}")
+        return cls(position=str(data.get("position", "rope")), position_options=dict(options), window=win,
+                   query_scale=scale, qk_norm=qk_norm)
+
+
+def parse_plan(plan: Sequence[Any], num_layers: int) -> tuple[LayerSpec, ...]:
+    """A plan (LayerSpecs or their dicts) checked against the layer count.
+
+    Raises:
+        ValueError: a plan of the wrong length, or a malformed spec (naming its layer).
+    """
+    if isinstance(plan, (str, bytes)) or not isinstance(plan, Sequence):
+        raise ValueError(f"layer_plan must be a list with one spec per layer, got {type(plan).__name__}")
+    if len(plan) != num_layers:
+        raise ValueError(f"layer_plan has {len(plan)} specs for {num_layers} layers; give one per layer")
+    specs = []
+    for i, spec in enumerate(plan):
+        try:
+            specs.append(LayerSpec.from_dict(spec))
+        except ValueError as err:
+            raise ValueError(f"layer_plan[{i}]: {err}") from None
+    return tuple(specs)
+
+
+def every(n: int, *, layers: int, hit: LayerSpec, other: LayerSpec, offset: int = 0) -> tuple[LayerSpec, ...]:
+    """``hit`` at layers i with (i + 1 + offset) % n == 0, ``other`` elsewhere (HF's interval patterns).
+
+    >>> [s.position for s in every(4, layers=8, hit=LayerSpec(position="none"), other=LayerSpec())]
+    ['rope', 'rope', 'rope', 'none', 'rope', 'rope', 'rope', 'none']
+    """
+    if n < 1:
+        raise ValueError(f"an interval must be >= 1, got {n}")
+    return tuple(hit if (i + 1 + offset) % n == 0 else other for i in range(layers))
+
+
+def plan_rows(plan: Sequence[LayerSpec], built: Sequence[Any] | None = None) -> list[dict[str, Any]]:
+    """One plain row per layer: layer, scheme, options, window, temperature, QK-norm (for describe / inspect)."""
+    rows = []
+    for i, spec in enumerate(plan):
+        rows.append({"layer": i, "position": spec.position, "position_options": dict(spec.position_options),
+                     "window": str(spec.window), "query_scale": None if spec.query_scale is None
+                     else str(spec.query_scale), "qk_norm": spec.qk_norm,
+                     **({"scheme_id": built[i]} if built is not None else {})})
+    return rows
+
+
+def format_plan(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The plan as a text table; runs of identical layers are folded into one line ("0–4")."""
+    def options(r: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in r["position_options"].items()
+                         if k != "pairing" and not isinstance(v, (list, tuple))) or "—"
+
+    lines = [f"{'layers':<9} {'scheme':<18} {'options':<44} {'window':<14} {'query scale'}"]
+    groups: list[tuple[int, int, tuple[str, ...]]] = []
+    for r in rows:
+        cells = (r["position"], options(r), r["window"], r["query_scale"] or "—")
+        if groups and groups[-1][2] == cells and groups[-1][1] == r["layer"] - 1:
+            groups[-1] = (groups[-1][0], r["layer"], cells)
+        else:
+            groups.append((r["layer"], r["layer"], cells))
+    for first, last, (scheme, opts, window, scale) in groups:
+        span = str(first) if first == last else f"{first}–{last}"
+        lines.append(f"{span:<9} {scheme:<18} {opts[:44]:<44} {window:<14} {scale}")
+    return "\n".join(lines)

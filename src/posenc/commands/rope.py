@@ -27,7 +27,7 @@ def print_audit(report: dict[str, Any]) -> None:
     print(f"{report['source']}: model_type {report['model_type']}, max_position_embeddings "
           f"{report['max_position_embeddings']}; HF check: {'yes' if report['hf_checked'] else 'no (transformers absent or the model type unknown to it)'}")
     for entry in report["layer_types"]:
-        layers = f" ({entry['layers']} layers)" if entry.get("layers") else ""
+        layers = (f" ({entry['layers']} layer{'s' if entry['layers'] != 1 else ''})" if entry.get("layers") else "")
         print(f"\n[{entry['layer_type']}]{layers}: {entry['scheme']} "
               + " ".join(f"{k}={v}" for k, v in entry["options"].items() if v is not None and k not in
                          ("short_factor", "long_factor")))

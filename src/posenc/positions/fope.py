@@ -51,7 +51,7 @@ class FoPE(RoPE):
     Args:
         head_dim, num_heads: from the model.
         base, pairing: as for ``RoPE``.
-        train_length: L; pairs with wavelength 2π/θ > L get θ = 0 (the model's longest sequence when it says one).
+        train_length: L, the training length; pairs with wavelength 2π/θ > L get θ = 0.
         init_gain: gain of the Xavier-normal draw added to the identity (0.3 in the paper).
         separate_heads: one pair of coefficient matrices per head (the paper), or one shared by all heads.
         learnable: train the coefficients (the paper keeps them fixed).
@@ -83,8 +83,9 @@ class FoPE(RoPE):
 
     @classmethod
     def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
-        args = {**super().context_args(ctx), "num_heads": ctx.num_heads}
-        return args if ctx.max_length is None else {**args, "train_length": ctx.max_length}
+        # not ctx.max_length: that is the longest sequence the model will *see* (test lengths included), while
+        # the clip is set by the training length; a trainer passes train_length itself (lengthgen does)
+        return {**super().context_args(ctx), "num_heads": ctx.num_heads}
 
     def inv_freq(self) -> Tensor:
         """θ_i, with the floor frequencies (wavelength > train_length) set to 0."""

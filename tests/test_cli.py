@@ -31,6 +31,8 @@ FLAGS = {
                   "--train-max"],
     "perplexity": ["--device", "--dtype", "--json", "--max-tokens", "--pairing", "--per-token", "--quiet", "--stride", "--threads",
                    "--window"],
+    "rope": ["--base", "--calc", "--head-dim", "--json", "--no-hf", "--original-max-len", "--positions",
+             "--target-len"],
     "schemes": ["--dim", "--heads", "--json"],
     "train": ["--batch-size", "--checkpoint-dir", "--checkpoint-every", "--dim", "--dropout", "--eval-every",
               "--eval-examples", "--framing", "--gate-examples", "--heads", "--json", "--layers", "--lr", "--position", "--quick",

@@ -289,9 +289,21 @@ class LlamaLM(nn.Module):
         Returns:
             (B, T + generated) ids.
         """
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        from posenc.validation import check_memory, number
+        from posenc.validation import seed as check_seed
+
+        max_new_tokens = number(max_new_tokens, "max_new_tokens", minimum=0, integer=True)
         check_sampling(temperature, top_k, top_p)
+        seed = None if seed is None else check_seed(seed)
+        total = prompt.shape[-1] + max_new_tokens
+        window = self.config.sliding_window
+        if window is not None and total > window:
+            raise ValueError(f"a {prompt.shape[-1]}-token prompt + max_new_tokens={max_new_tokens:,} exceeds this "
+                             f"model's sliding attention window of {window:,} tokens; generate fewer tokens")
+        cfg, item = self.config, torch.finfo(self.embed.weight.dtype).bits // 8
+        check_memory(2.0 * cfg.num_layers * prompt.shape[0] * cfg.kv_heads * cfg.attention_head_dim * total * item,
+                     f"the KV cache of {prompt.shape[0]} × {total:,} tokens (prompt + max_new_tokens)",
+                     fix="lower max_new_tokens")
         stops = torch.tensor([] if eos_id is None else [eos_id] if isinstance(eos_id, int) else list(eos_id),
                              dtype=torch.long, device=prompt.device)
         generator = None
@@ -340,12 +352,18 @@ class LlamaLM(nn.Module):
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Raise a clear error for sampling settings that mean nothing."""
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    from posenc.validation import F32_TINY, number
+
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 or \
+            temperature == float("inf"):
+        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
+    if 0 < temperature < F32_TINY:  # the logits are divided by it in float32, where it would be 0
+        raise ValueError(f"temperature={temperature!r} must be 0 (greedy) or at least {F32_TINY:.3g}, float32's "
+                         "smallest normal number")
+    if top_k is not None:
+        number(top_k, "top_k", minimum=1, integer=True)
+    if top_p is not None:
+        number(top_p, "top_p", above=0, maximum=1)
 
 
 def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
@@ -358,7 +376,7 @@ def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = 
     """
     if temperature == 0:
         return logits.argmax(-1)
-    logits = logits / temperature
+    logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # max 0: a small temperature cannot overflow
     if top_k is not None and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -366,6 +384,7 @@ def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = 
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(-1)
         drop = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches p
+        drop[:, 0] = False  # the most likely token always stays (a top_p below float32's range keeps just it)
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     probs = logits.softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -113,7 +113,8 @@ def plan_fields(specs: Sequence[Any]) -> dict[str, Any]:
 
 
 def with_defaults(c: HFConfig, **defaults: Any) -> HFConfig:
-    """``c`` with a family's own defaults for fields its config.json may omit (HF's config class defaults
-    where they differ from the generic reader's, e.g. Qwen3's ``head_dim`` 128); stated values win."""
-    data = {**defaults, **{k: v for k, v in c.data.items() if v is not None}}
+    """``c`` with a family's own defaults for fields its config.json omits (HF's config class defaults
+    where they differ from the generic reader's, e.g. Qwen3's ``head_dim`` 128); stated values win, and a
+    stated null stays null (as in HF's config classes: ``"sliding_window": null`` is no window)."""
+    data = {**defaults, **c.data}
     return HFConfig(data, source=c.source)

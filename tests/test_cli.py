@@ -23,7 +23,7 @@ FLAGS = {
                  "--seed", "--system", "--temperature", "--threads", "--top-k", "--top-p"],
     "inspect": ["--head-tensor", "--json", "--list-tensors", "--max-positions", "--neighbours", "--out",
                 "--position-offset", "--position-tensor", "--rows", "--sample", "--seed", "--token-tensor", "--tokens"],
-    "lab": ["--base", "--dim", "--json", "--length", "--only", "--out", "--quiet", "--seed"],
+    "lab": ["--base", "--dim", "--json", "--lang", "--length", "--only", "--out", "--quiet", "--seed"],
     "lengthgen": ["--batch-size", "--dim", "--dropout", "--eval-every", "--eval-examples", "--framing", "--fresh",
                   "--gate-examples",
                   "--heads", "--jobs", "--layers", "--lr", "--out", "--position", "--quick", "--quiet", "--report-only",

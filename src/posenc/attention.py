@@ -191,7 +191,8 @@ class MultiHeadAttention(nn.Module):
         position: the scheme whose rotation/bias hooks act here (default none);
             cross-attention normally has none.
         window: which keys a causal query sees (``posenc.plan.Window``; default full).
-        scale: the softmax scale, default 1/√Dh (Gemma: query_pre_attn_scalar^−½).
+        scale: the softmax scale, default 1/√Dh of the head width, also when a scheme widens
+            q and k (PoPE: 2·Dh); Gemma: query_pre_attn_scalar^−½.
         q_norm, k_norm: modules applied to each head's queries / keys before the
             rotation (QK-norm: Qwen3, Gemma 3; an RMS norm without gain for Llama 4).
         query_scale: a per-position factor on the rotated queries
@@ -371,7 +372,7 @@ class MultiHeadAttention(nn.Module):
         k_len = k.shape[-2]
         if allowed is not None and allowed.dim() == 2:
             allowed = allowed.view(1, 1, q_len, k_len)
-        bias = self.position.attention_bias(q_pos, k_pos, q)
+        bias = self.position.logit_bias(q, k, q_pos, k_pos)
         dropout = self.dropout if self.training else 0.0
         # square causal attention with nothing else to mask: SDPA's own causal path needs no (Tq, Tk) mask
         # (top-left and bottom-right alignment coincide when Tq == Tk)
@@ -389,7 +390,8 @@ class MultiHeadAttention(nn.Module):
             )
 
         groups = self.num_heads // self.num_kv_heads
-        if need_weights:
+        value_term = self.position.uses_weights  # the scheme adds Σ_j α_ij·r_ij to the output: weights needed
+        if need_weights or value_term:
             if groups > 1:  # each kv head serves `groups` consecutive query heads
                 k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)  # (B, H, Tk, Dh)
             scores = q @ k.transpose(-1, -2) * self.scale  # (B, H, Tq, Tk)
@@ -402,7 +404,11 @@ class MultiHeadAttention(nn.Module):
                 weights = torch.cat((scores, sink), dim=-1).softmax(dim=-1)[..., :-1]
             else:
                 weights = scores.softmax(dim=-1)
-            return F.dropout(weights, dropout, self.training) @ v, weights
+            dropped = F.dropout(weights, dropout, self.training)
+            out = dropped @ v
+            if value_term:
+                out = out + self.position.value_bias(dropped, q_pos, k_pos).to(out.dtype)  # (B, H, Tq, Dh)
+            return out, weights if need_weights else None
 
         attn_mask: Tensor | None = None
         if bias is not None:
@@ -425,7 +431,7 @@ class MultiHeadAttention(nn.Module):
         if groups > 1 and q_len == 1 and attn_mask is None:
             # one decoding query per head: the `groups` query heads of a kv head become `groups` queries of
             # that head, a plain attention with nothing repeated — 2× faster than enable_gqa on CPU (1 thread)
-            q_folded = q.reshape(batch, self.num_kv_heads, groups, self.head_dim)  # (B, Hkv, g, Dh)
+            q_folded = q.reshape(batch, self.num_kv_heads, groups, q.shape[-1])  # (B, Hkv, g, Dh or a widened q)
             out = F.scaled_dot_product_attention(q_folded, k, v, dropout_p=dropout, scale=self.scale)
             return out.reshape(batch, self.num_heads, 1, self.head_dim), None  # (B, H, 1, Dh)
         # enable_gqa reads each kv head for its query group without materialising the repeat: measured on

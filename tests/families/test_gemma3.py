@@ -74,3 +74,15 @@ def test_attention_softcap_is_refused_by_name(seed, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="attn_logit_softcapping"):
         load_pretrained(tmp_path)
+
+
+def test_inspect_shows_the_layer_plan_and_measures_the_global_layer(seed, tmp_path):
+    from posenc.inspect import inspect_checkpoint
+    from posenc.inspect.report import summary_lines
+
+    transformers.Gemma3ForCausalLM(gemma3()).save_pretrained(tmp_path)
+    result = inspect_checkpoint(tmp_path, max_positions=64)
+    assert [r["window"] for r in result["layer_plan"]] == ["sliding 5"] * 5 + ["full", "sliding 5"]
+    assert result["position"]["kind"] == "rotary" and result["position"]["settings"]["base"] == 1e6
+    text = "\n".join(summary_lines(result))
+    assert "0–4       rope" in text and "sliding 5" in text and "layer 5's scheme is measured" in text

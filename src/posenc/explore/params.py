@@ -276,6 +276,11 @@ PROPERTY_NS_PER_ENTRY: dict[str, float] = {
     "randomized": 60, "rope": 75, "rope-dynamic-ntk": 70, "rope-linear": 80, "rope-llama3": 65,
     "rope-longrope": 65, "rope-ntk": 75, "rope-yarn": 60, "scaled-sinusoidal": 60, "shaw": 75,
     "sinusoidal": 55, "t5": 215, "xpos": 60,
+    # schemes of issue 27 that share RoPE's code path (a frequency transform, then RoPE's rotation): RoPE's
+    # figure, not measured separately
+    "rope-proportional": 75, "rope-ntk-mixed": 75,
+    # query temperatures (a per-position factor through the rotary hook): RoPE's figure, not measured
+    "llama4-temperature": 75, "ssmax": 75, "mrope": 75,
 }
 #: FIRE: nanoseconds per similarity entry per unit of mlp_width above 32.
 FIRE_NS_PER_WIDTH = 14
@@ -298,6 +303,8 @@ VIEW_SECONDS: dict[str, float] = {
     "none": 0.19, "randomized": 0.67, "rope": 0.34, "rope-dynamic-ntk": 0.33, "rope-linear": 0.42,
     "rope-llama3": 0.28, "rope-longrope": 0.32, "rope-ntk": 0.28, "rope-yarn": 0.26, "scaled-sinusoidal": 0.58,
     "shaw": 0.2, "sinusoidal": 0.64, "t5": 0.29, "xpos": 0.37,
+    "rope-proportional": 0.34, "rope-ntk-mixed": 0.34,  # RoPE's (same code path), not measured separately
+    "llama4-temperature": 0.34, "ssmax": 0.34, "mrope": 0.34,  # RoPE's, not measured
 }
 #: FIRE's view runs its MLP on the profile's sampled rows × L: nanoseconds per such pair and unit of
 #: mlp_width above 32.

@@ -24,7 +24,7 @@ from posenc.families.hf_config import HFConfig
 
 #: HF rope_type → posenc scheme.
 ROPE_TYPES = {"default": "rope", "linear": "rope-linear", "dynamic": "rope-dynamic-ntk", "yarn": "rope-yarn",
-              "llama3": "rope-llama3", "longrope": "rope-longrope"}
+              "llama3": "rope-llama3", "longrope": "rope-longrope", "proportional": "rope-proportional"}
 
 
 def rope_blocks(c: HFConfig) -> dict[str | None, dict[str, Any]]:
@@ -72,7 +72,7 @@ def rope_scheme(block: dict[str, Any], *, head_dim: int, max_position_embeddings
                          f"supported: {', '.join(types)}")
     rotary_dim = int(head_dim * b.float("partial_rotary_factor", 1.0, above=0, maximum=1))
     options: dict[str, Any] = {"base": b.float("rope_theta", above=1), "pairing": pairing}
-    if rotary_dim != head_dim:
+    if rotary_dim != head_dim and rope_type != "proportional":  # proportional RoPE reads the share itself
         options["rotary_dim"] = rotary_dim
     original = b.int("original_max_position_embeddings", max_position_embeddings)
     if rope_type == "linear":
@@ -94,6 +94,9 @@ def rope_scheme(block: dict[str, Any], *, head_dim: int, max_position_embeddings
         options |= {"short_factor": list(b.list("short_factor")), "long_factor": list(b.list("long_factor")),
                     "factor": factor, "original_max_len": original,
                     "attention_factor": b.float("attention_factor", None, above=0)}
+    elif rope_type == "proportional":  # HF: partial_rotary_factor is the share of pairs that rotate
+        options |= {"proportion": b.float("partial_rotary_factor", 1.0, above=0, maximum=1),
+                    "factor": b.float("factor", 1.0, above=0)}
     return types[rope_type], options
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 # The lab's page style, figure style and number format: one look for every posenc report.
 from posenc.lab.report import CSS
+from posenc.plan import format_plan
 from posenc.validation import dumps
 from posenc.lab.report import fmt_number as _fmt
 from posenc.lab.report import pyplot as _plt
@@ -37,6 +38,9 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
              f"position    {pos['kind']}" + (f"  {loc['position']}" if loc["position"] else ""),
              f"token       {loc['token']}",
              f"head        {loc['head']}  → {tying['status']}: {tying['evidence']}"]
+    if result.get("layer_plan"):
+        lines.append("layer plan  (each layer's position scheme, window and query scale)")
+        lines.extend("            " + line for line in format_plan(result["layer_plan"]).splitlines())
     if pos["kind"] == "rotary":
         s = pos["settings"]
         lines.append(f"rotary      scheme {s['scheme']}  base {s['base']:g}  head_dim {s['head_dim']}  "
@@ -223,6 +227,12 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
                      ["output head", tying["status"], loc["head"] or "—"], ["tying evidence", "", tying["evidence"]],
                      ["vocabulary", "", result["vocab_source"] or "— (ids shown)"]], ["role", "", "tensor"])]
     parts += [f"<p class='meta'>{html.escape(n)}</p>" for n in result["notes"]]
+    if result.get("layer_plan"):
+        parts.append("</section><section><h2>Layer plan</h2>")
+        parts.append(_table([[r["layer"], r["position"], ", ".join(f"{k}={v}" for k, v in r["position_options"].items()
+                                                                   if not isinstance(v, list)) or "—",
+                              r["window"], r["query_scale"] or "—"] for r in result["layer_plan"]],
+                            ["layer", "scheme", "options", "window", "query scale"]))
     if pos["kind"] == "rotary":
         s = pos["settings"]
         parts.append("</section><section><h2>Rotary positions (from config.json)</h2>")

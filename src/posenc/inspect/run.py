@@ -17,7 +17,10 @@ import torch
 from posenc.inspect.analysis import analyse_positions, analyse_tokens
 from posenc.inspect.locate import detect_tying, locate, rope_from_config
 from posenc.formats import Checkpoint, CheckpointError, load_checkpoint
+from posenc.families import config_from_hf
 from posenc.formats.safetensors import to_float64
+from posenc.plan import plan_rows
+from posenc.positions import PositionScheme, build, lookup
 from posenc.lab.measures import diagonal_profile, monotonicity, scheme_similarity, scheme_table
 from posenc.validation import check_memory, number
 
@@ -25,9 +28,37 @@ from posenc.validation import check_memory, number
 ROTARY_POSITIONS = 1024
 
 
-def _rotary(cfg: dict[str, Any], max_positions: int) -> dict[str, Any] | None:
+def layer_plan(cfg: dict[str, Any]) -> Any:
+    """The ``LlamaConfig`` of a config with a per-layer plan that a posenc family reads, else None."""
+    if not isinstance(cfg.get("model_type"), str):
+        return None
     try:
-        built = rope_from_config(cfg)
+        config = config_from_hf(cfg, pairing="half")
+    except ValueError:
+        return None  # not a family posenc runs: the generic readers below still measure what they can
+    return config if config.layer_plan is not None else None
+
+
+def _planned_rotary(config: Any) -> tuple[PositionScheme, dict[str, Any]] | None:
+    """The scheme of the plan's first full-attention rotary layer (else its first rotary layer) and its settings."""
+    rotary = [(i, spec) for i, spec in enumerate(config.plan) if lookup(spec.position).family == "rotary"]
+    if not rotary:
+        return None
+    layer, spec = next(((i, s) for i, s in rotary if s.window.full), rotary[0])
+    heads, head_dim = config.num_heads, config.attention_head_dim
+    scheme = build(spec.position, dim=heads * head_dim, num_heads=heads, **dict(spec.position_options))
+    options = dict(spec.position_options)
+    settings = {"scheme": spec.position, "base": options.get("base", 10000.0), "head_dim": head_dim,
+                "rotary_dim": options.get("rotary_dim", head_dim), "pairing": options.get("pairing", "half"),
+                "rope_type": spec.position, "max_position_embeddings": config.max_position_embeddings,
+                "note": f"layer {layer}'s scheme is measured ({spec.window} attention); the layer plan lists "
+                        "every layer's"}
+    return scheme, settings
+
+
+def _rotary(cfg: dict[str, Any], max_positions: int, plan: Any = None) -> dict[str, Any] | None:
+    try:
+        built = _planned_rotary(plan) if plan is not None else rope_from_config(cfg)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"config.json's rotary settings cannot be measured: {err}; fix config.json") from None
     if built is None:
@@ -136,6 +167,8 @@ def inspect_checkpoint(
         "tying": detect_tying(ckpt, found),
         "notes": [*ckpt.notes, *found.notes],
     }
+    plan = layer_plan(cfg)
+    result["layer_plan"] = None if plan is None else plan_rows(plan.plan)
     if found.position is not None:
         rows_all, width = ckpt.shape(found.position)
         available = rows_all - found.position_offset
@@ -152,7 +185,7 @@ def inspect_checkpoint(
         if rope_from_config(cfg) is not None:
             result["notes"].append("the config also has rotary settings; the learned table is what is measured")
     else:
-        rotary = _rotary(cfg, max_positions)
+        rotary = _rotary(cfg, max_positions, plan)
         if rotary is not None:
             result["position"] = rotary
             if "note" in rotary["settings"]:

@@ -118,15 +118,31 @@ class LlamaConfig(JSONConfig):
     attn_sinks: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "dim", "num_layers", "num_heads", "ffn_dim", "max_position_embeddings"):
+        from posenc.families import hf_config as bounds
+        from posenc.validation import check_memory, number
+
+        limits = {"vocab_size": bounds.MAX_VOCAB, "dim": bounds.MAX_WIDTH, "num_layers": bounds.MAX_LAYERS,
+                  "num_heads": bounds.MAX_HEADS, "ffn_dim": bounds.MAX_WIDTH,
+                  "max_position_embeddings": bounds.MAX_CONTEXT, "num_kv_heads": bounds.MAX_HEADS,
+                  "head_dim": bounds.MAX_WIDTH, "sliding_window": bounds.MAX_CONTEXT}
+        for name, limit in limits.items():  # bounded before build_llama makes num_layers modules
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"LlamaConfig.{name} must be a positive integer, got {value!r}")
+            if value is None and name in ("num_kv_heads", "head_dim", "sliding_window"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
+                raise ValueError(f"LlamaConfig.{name} must be a positive integer <= {limit:,}, got {value!r}")
+        number(self.norm_eps, "LlamaConfig.norm_eps", above=0, maximum=1,
+               fix="RMSNorm divides by sqrt(mean(x²) + eps): a NaN, zero or negative eps gives NaN outputs")
         kv = self.kv_heads
         if kv <= 0 or self.num_heads % kv:
             raise ValueError(f"num_heads={self.num_heads} must be a positive multiple of num_kv_heads={kv}")
         if self.head_dim is None and self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}; pass head_dim")
+        d, f, v, q = self.dim, self.ffn_dim, self.vocab_size, self.num_heads * self.attention_head_dim
+        per_layer = 2 * d * q + 2 * d * kv * self.attention_head_dim + 3 * d * f + 2 * d
+        parameters = v * d * (1 if self.tie_embeddings else 2) + self.num_layers * per_layer + d
+        check_memory(2.0 * parameters, f"a Llama model of {parameters:,} parameters (2 bytes each at least)",
+                     fix="the config is not a real model's, or set POSENC_MEMORY_BUDGET (bytes) higher")
         for name, choices in (("block", BLOCKS), ("norm", NORMS), ("ffn", FFNS), ("qk_norm", {"none": 0, **NORMS})):
             if getattr(self, name) not in choices:
                 raise ValueError(f"LlamaConfig.{name} must be one of {sorted(choices)}, got {getattr(self, name)!r}")
@@ -134,9 +150,6 @@ class LlamaConfig(JSONConfig):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
                 raise ValueError(f"LlamaConfig.{name} must be a finite number > 0 or None, got {value!r}")
-        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window < 1):
-            raise ValueError(f"LlamaConfig.sliding_window must be a positive integer or None, "
-                             f"got {self.sliding_window!r}")
         if self.layer_plan is not None:  # kept as plain data (JSON), checked here
             object.__setattr__(self, "layer_plan", tuple(spec.to_dict() for spec in
                                                          parse_plan(self.layer_plan, self.num_layers)))

@@ -41,6 +41,7 @@ from posenc.positions.base import (
 )
 from posenc.positions.bias import KERPLE, ALiBi, KERPLELog, KERPLEPower, T5RelativeBias, alibi_slopes, t5_bucket
 from posenc.positions.fire import FIRE
+from posenc.positions.mrope import MRoPE, pack_positions, unpack_positions
 from posenc.positions.randomized import RandomizedPositions
 from posenc.positions.relative import ShawRelative
 from posenc.positions.rotary import RoPE, apply_rotary, convert_qk_weight, pairing_permutation
@@ -55,6 +56,8 @@ from posenc.positions.rotary_scaling import (
     ScaledRoPE,
     YaRNRoPE,
 )
+from posenc.positions.rotary_variants import RECENT_ROPES, MixedNTKRoPE, ProportionalRoPE
+from posenc.positions.temperature import TEMPERATURES, Llama4QueryScale, Llama4Temperature, ScalableSoftmax, SSMax
 from posenc.positions.xpos import XPos
 
 _REGISTRY: dict[str, type[PositionScheme]] = {}
@@ -189,7 +192,7 @@ for _cls in (
     # additive
     SinusoidalPositions, LearnedPositions, NaiveIndexPositions, ScaledSinusoidalPositions, RandomizedPositions,
     # rotary
-    RoPE, *SCALED_ROPES, XPos,
+    RoPE, *SCALED_ROPES, *RECENT_ROPES, MRoPE, XPos, *TEMPERATURES,
     # bias
     ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative,
 ):
@@ -207,17 +210,24 @@ __all__ = [
     "LearnedPositions",
     "LinearRoPE",
     "Llama3RoPE",
+    "Llama4QueryScale",
+    "Llama4Temperature",
     "LongRoPE",
+    "MixedNTKRoPE",
+    "MRoPE",
     "ModelContext",
     "NTKRoPE",
     "NaiveIndexPositions",
     "NoPosition",
     "PositionScheme",
+    "ProportionalRoPE",
     "ROPE_SCALINGS",
     "RandomizedPositions",
     "RoPE",
     "RotaryScheme",
     "ScaledRoPE",
+    "SSMax",
+    "ScalableSoftmax",
     "ScaledSinusoidalPositions",
     "ShawRelative",
     "SinusoidalPositions",
@@ -237,8 +247,10 @@ __all__ = [
     "names",
     "option_names",
     "options",
+    "pack_positions",
     "pairing_permutation",
     "register",
     "sinusoid_table",
     "t5_bucket",
+    "unpack_positions",
 ]

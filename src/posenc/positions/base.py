@@ -209,6 +209,25 @@ class PositionScheme(nn.Module):
         """
         return None
 
+    def logit_bias(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """What attention adds to its logits, given the (rotated) queries (B, H, Tq, Dh) and keys (B, Hkv, Tk, Dh).
+
+        ``attention_bias(q_pos, k_pos, q)`` for every scheme but those whose bias depends on the keys too
+        (CoPE's gates σ(q·k)), which override this.
+        """
+        return self.attention_bias(q_pos, k_pos, q)
+
+    #: Whether the scheme adds a term built from the attention weights to the output (``value_bias``): attention
+    #: then forms the weights explicitly instead of calling SDPA.
+    uses_weights: bool = False
+
+    def value_bias(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Value hook: Σ_j α_ij·r(i, j), (B, H, Tq, Dh), added to the attention output (Shaw et al.'s a^V); None here.
+
+        Called only when ``uses_weights``, with the weights α (B, H, Tq, Tk) that multiply the values.
+        """
+        return None
+
     # -- what the lab measures -------------------------------------------
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         """Position-only similarity, float64, (Ti, Tj) — or (H, Ti, Tj) if ``heads``.

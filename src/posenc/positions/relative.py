@@ -9,10 +9,12 @@ with a^K a learned table of 2k + 1 vectors of width Dh, shared by all heads
 the bias this scheme returns; attention already divides q·k by √Dh, so the
 bias carries its own 1/√Dh.
 
-The paper's value-side term (z_i = Σ_j α_ij (v_j + a^V_{clip(j−i)})) is NOT
-implemented: it would need a hook on the attention output; the paper's own
-ablation suggests the key-side term alone may be sufficient, and Huang et
-al.'s Music Transformer keeps only it.
+The paper's value-side term, z_i = Σ_j α_ij (v_j + a^V_{clip(j−i, k)}), is the
+option ``values=True``: a second table a^V, added to the attention output
+through the value hook (``value_bias``; attention then forms the weights
+explicitly instead of calling SDPA). It is off by default: the paper's own
+ablation finds the key-side term alone about as good, and Huang et al.'s
+Music Transformer keeps only it.
 
 Computed as q @ a^Kᵀ once per (query, clip distance) — (B, H, Tq, 2k+1) —
 then gathered per key, instead of the naive (Tq, Tk, Dh) tensor of vectors.
@@ -43,16 +45,21 @@ class ShawRelative(BiasScheme):
     ``similarity`` probes with an all-ones query (as the rotary schemes probe
     with all-ones vectors): Σ_d a^K_{clip(j−i)}[d]/√Dh, the same for every head.
 
+    With ``values=True`` the output also gets Σ_j α_ij a^V_{clip(j−i, k)} (the paper's eq. 3),
+    verified against the same explicit loop.
+
     Args:
         num_heads: number of heads H.
         head_dim: head width Dh (the width of each table row).
         max_distance: k, the clip distance (the paper finds k ≥ 2 enough; 16 by default).
-        init_std: standard deviation of the table's normal initialisation.
+        init_std: standard deviation of the tables' normal initialisation.
+        values: also learn the value-side table a^V (off: keys only, as before).
     """
 
     name: ClassVar[str] = "shaw"
 
-    def __init__(self, *, num_heads: int, head_dim: int, max_distance: int = 16, init_std: float = 0.02) -> None:
+    def __init__(self, *, num_heads: int, head_dim: int, max_distance: int = 16, init_std: float = 0.02,
+                 values: bool = False) -> None:
         super().__init__(num_heads=num_heads)
         head_dim = positive_int(head_dim, "head_dim")
         max_distance = number(max_distance, "max_distance", minimum=0, integer=True)
@@ -64,6 +71,10 @@ class ShawRelative(BiasScheme):
                                         fix="the usual value is 0.02")
         self.table = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim))  # (K, Dh): rows −k … k
         nn.init.normal_(self.table, std=init_std)
+        self.uses_weights = bool(values)
+        self.value_table = nn.Parameter(torch.empty(2 * max_distance + 1, head_dim)) if values else None  # (K, Dh)
+        if self.value_table is not None:
+            nn.init.normal_(self.value_table, std=init_std)
 
     @classmethod
     def context_args(cls, ctx: ModelContext) -> dict[str, Any]:
@@ -90,6 +101,19 @@ class ShawRelative(BiasScheme):
         index = index.unsqueeze(1).expand(q.shape[0], q.shape[1], -1, -1)  # (B, H, Tq, Tk)
         return per_row.gather(-1, index)  # (B, H, Tq, Tk)
 
+    def value_bias(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+        """Σ_j α_ij·a^V_{clip(j−i)} (B, H, Tq, Dh): the weights summed per table row, times the table."""
+        if self.value_table is None:
+            return None
+        index = self.table_index(check_positions(q_pos, name="q_pos"), check_positions(k_pos, name="k_pos"))
+        index = index.to(weights.device)
+        if index.dim() == 2:
+            index = index.unsqueeze(0)
+        index = index.unsqueeze(1).expand_as(weights)  # (B, H, Tq, Tk)
+        per_row = weights.new_zeros(*weights.shape[:-1], self.value_table.shape[0])  # (B, H, Tq, K)
+        per_row.scatter_add_(-1, index, weights)
+        return per_row @ self.value_table.to(weights.dtype)  # (B, H, Tq, Dh)
+
     def similarity(self, pos_i: Tensor, pos_j: Tensor) -> Tensor:
         pos_i = check_positions(pos_i, name="pos_i")
         pos_j = check_positions(pos_j, name="pos_j")
@@ -100,4 +124,5 @@ class ShawRelative(BiasScheme):
             return self.attention_bias(pos_i, pos_j, probe.to(self.table.device))[0].double().cpu()  # (H, Ti, Tj)
 
     def options(self) -> dict[str, Any]:
-        return {"num_heads": self.num_heads, "head_dim": self.head_dim, "max_distance": self.max_distance}
+        return {"num_heads": self.num_heads, "head_dim": self.head_dim, "max_distance": self.max_distance,
+                "values": self.value_table is not None}

@@ -508,7 +508,11 @@ class LongRoPE(_LengthDependentRoPE):
 
     Short factors rotate positions below L₀, long factors the rest (per
     position, ``max_seq_len=None``), or one set for all positions chosen by
-    ``max_seq_len > original_max_len``. Real models ship their searched factors;
+    ``max_seq_len > original_max_len``. Under a KV cache these are HF's two
+    generations: a prompt of ≤ L₀ tokens decoded past L₀ (cached keys below
+    L₀ keep the short factors) is the per-position mode; a prompt longer than
+    L₀ (long factors for every key) is the fixed mode with any
+    ``max_seq_len > original_max_len`` (tests/positions/test_longrope_cache.py). Real models ship their searched factors;
     the defaults here (all ones for short; a geometric ramp from 1 to
     ``factor`` over the pairs for long: low frequencies stretched most) are a
     neutral stand-in.

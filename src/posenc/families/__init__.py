@@ -13,6 +13,10 @@ family         model types (config.json)
 =============  =======================================================================
 ``llama``      llama, mistral, qwen2 (Llama 2/3, Mistral, Qwen2, SmolLM/SmolLM2, TinyLlama)
 ``gemma3``     gemma3_text (Gemma 3 text models; 5 sliding : 1 global layers)
+``qwen3``      qwen3 (Qwen3 dense; QK-norm, sliding layers from ``max_window_layers`` on, YaRN)
+``smollm3``    smollm3 (SmolLM3; every 4th layer NoPE, ``no_rope_layers``; the NoPE layers slide)
+``cohere2``    cohere2 (Command R7B / A; sliding RoPE : global NoPE, parallel blocks, interleaved rows)
+``phi3``       phi3 (Phi-3 / 3.5 / 4-mini; fused qkv and gate_up split, LongRoPE, partial rotary)
 =============  =======================================================================
 """
 
@@ -28,7 +32,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3")
+_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3")
 
 
 @dataclass(frozen=True)

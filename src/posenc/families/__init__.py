@@ -14,6 +14,7 @@ family         model types (config.json)
 ``llama``      llama, mistral, qwen2 (Llama 2/3, Mistral, Qwen2, SmolLM/SmolLM2, TinyLlama)
 ``gemma3``     gemma3_text (Gemma 3 text models; 5 sliding : 1 global layers)
 ``gpt_oss``    gpt_oss (gpt-oss-20b/120b; sliding/full layers, sinks, YaRN, MoE)
+``llama4``     llama4_text (Llama 4 text tower; chunked RoPE + NoPE layers, temperature, MoE)
 =============  =======================================================================
 """
 
@@ -29,7 +30,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3", "gpt_oss")
+_MODULES = ("llama", "gemma3", "gpt_oss", "llama4")
 
 
 @dataclass(frozen=True)

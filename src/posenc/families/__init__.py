@@ -17,6 +17,8 @@ family         model types (config.json)
 ``smollm3``    smollm3 (SmolLM3; every 4th layer NoPE, ``no_rope_layers``; the NoPE layers slide)
 ``cohere2``    cohere2 (Command R7B / A; sliding RoPE : global NoPE, parallel blocks, interleaved rows)
 ``phi3``       phi3 (Phi-3 / 3.5 / 4-mini; fused qkv and gate_up split, LongRoPE, partial rotary)
+``gpt_oss``    gpt_oss (gpt-oss-20b/120b; sliding/full layers, sinks, YaRN, MoE)
+``llama4``     llama4_text (Llama 4 text tower; chunked RoPE + NoPE layers, temperature, MoE)
 =============  =======================================================================
 """
 
@@ -32,7 +34,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3")
+_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gpt_oss", "llama4")
 
 
 @dataclass(frozen=True)

@@ -87,6 +87,9 @@ class LlamaConfig(JSONConfig):
         logit_scale: multiply the logits by this (Cohere).
         final_softcap: logits → c·tanh(logits / c) (Gemma 2); None: off.
         attn_sinks: one learned sink logit per head in every attention (GPT-OSS).
+        moe: the mixture-of-experts FFN of some layers (``posenc.models.moe.MoESpec`` as a dict:
+            router, experts, sizes and ``layers``); the other layers keep the dense ``ffn``.
+            None: every layer is dense.
     """
 
     vocab_size: int
@@ -116,6 +119,7 @@ class LlamaConfig(JSONConfig):
     logit_scale: float | None = None
     final_softcap: float | None = None
     attn_sinks: bool = False
+    moe: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         from posenc.families import hf_config as bounds
@@ -150,6 +154,14 @@ class LlamaConfig(JSONConfig):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
                 raise ValueError(f"LlamaConfig.{name} must be a finite number > 0 or None, got {value!r}")
+        if self.moe is not None:  # kept as plain data (JSON), checked here
+            from posenc.models.moe import MoESpec
+
+            spec = MoESpec.from_dict(self.moe)
+            bad = [i for i in spec.layers if not 0 <= i < self.num_layers]
+            if bad:
+                raise ValueError(f"LlamaConfig.moe layers {bad} are outside 0 … {self.num_layers - 1}")
+            object.__setattr__(self, "moe", spec.to_dict())
         if self.layer_plan is not None:  # kept as plain data (JSON), checked here
             object.__setattr__(self, "layer_plan", tuple(spec.to_dict() for spec in
                                                          parse_plan(self.layer_plan, self.num_layers)))
@@ -435,13 +447,22 @@ def _assemble(cfg: LlamaConfig, position: PositionScheme, plan: Sequence[LayerSp
             return None
         return NORMS["rms" if cfg.qk_norm == "none" else cfg.qk_norm](head_dim, eps=cfg.norm_eps)
 
+    moe = None
+    if cfg.moe is not None:
+        from posenc.models.moe import MoESpec, build_moe
+
+        moe = MoESpec.from_dict(cfg.moe)
     layers = []
-    for spec, scheme in zip(plan, layer_schemes):
+    for i, (spec, scheme) in enumerate(zip(plan, layer_schemes)):
         attn = MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=head_dim,
                                   bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme, window=spec.window,
                                   scale=cfg.attn_scale, q_norm=qk_norm(spec), k_norm=qk_norm(spec),
                                   query_scale=spec.query_scale, sinks=cfg.attn_sinks)
-        ffn = GatedFFN(dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias, activation=cfg.ffn)
+        ffn: nn.Module
+        if moe is not None and i in moe.layers:
+            ffn = build_moe(moe, dim=cfg.dim, shared_bias=cfg.ffn_bias)
+        else:
+            ffn = GatedFFN(dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias, activation=cfg.ffn)
         layers.append(block_cls(attn=attn, ffn=ffn, **{n: norm(cfg.dim, eps=cfg.norm_eps) for n in norm_names}))
     head = output_head_for(token, dim=cfg.dim, vocab_size=cfg.vocab_size, tie=cfg.tie_embeddings,
                            position=cfg.position)

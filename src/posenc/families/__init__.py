@@ -13,6 +13,12 @@ family         model types (config.json)
 =============  =======================================================================
 ``llama``      llama, mistral, qwen2 (Llama 2/3, Mistral, Qwen2, SmolLM/SmolLM2, TinyLlama)
 ``gemma3``     gemma3_text (Gemma 3 text models; 5 sliding : 1 global layers)
+``gpt2``       gpt2 (learned absolute positions, LayerNorm, GELU MLP, fused Conv1D q/k/v)
+``bloom``      bloom (ALiBi in every layer, embedding LayerNorm, per-head fused q/k/v)
+``gpt_neox``   gpt_neox (Pythia; partial RoPE, half pairing, parallel residual with two norms)
+``gptj``       gptj (partial RoPE, interleaved pairing, parallel residual with one norm)
+``opt``        opt (learned positions read at an offset of 2; pre- or post-norm)
+``mpt``        mpt (ALiBi with ``alibi_bias_max``, no biases, ``clip_qkv``)
 =============  =======================================================================
 """
 
@@ -28,7 +34,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3")
+_MODULES = ("llama", "gemma3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt")
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.models.config import JSONConfig
-from posenc.models.decoder_parts import BLOCKS, FFNS, NORMS, GatedFFN, PreNormBlock, RMSNorm
+from posenc.models.decoder_parts import (BLOCKS, FFN_NAMES, NORMS, GatedFFN, PreNormBlock, RMSNorm, build_ffn,
+                                         clip_projections)
 from posenc.plan import FULL, LayerSpec, Window, format_plan, parse_plan, plan_rows
 from posenc.embedding import OutputHead, TokenEmbedding, count_parameters
 from posenc.models.builders import output_head_for
@@ -79,7 +80,8 @@ class LlamaConfig(JSONConfig):
         block: the residual layout, a name of ``posenc.models.decoder_parts.BLOCKS``
             ("pre", "sandwich", "parallel").
         norm: the norm, a name of ``NORMS`` ("rms", "rms-offset", "layer").
-        ffn: the gated feed-forward, a name of ``FFNS`` ("swiglu", "geglu").
+        ffn: the feed-forward, a name of ``FFNS`` ("swiglu", "geglu") or of ``MLPS`` (the plain
+            two-layer MLPs "gelu-tanh-mlp", "gelu-mlp", "relu-mlp" of GPT-2, GPT-NeoX, OPT, …).
         qk_norm: a norm over each head's queries and keys before the rotation
             ("none" or a name of ``NORMS``; a layer spec's ``qk_norm=False`` turns it off there).
         attn_scale: the softmax scale, default 1/√Dh (Gemma: ``query_pre_attn_scalar``^−½).
@@ -90,6 +92,10 @@ class LlamaConfig(JSONConfig):
         moe: the mixture-of-experts FFN of some layers (``posenc.models.moe.MoESpec`` as a dict:
             router, experts, sizes and ``layers``); the other layers keep the dense ``ffn``.
             None: every layer is dense.
+        embed_norm: a norm right after the token table (BLOOM's ``word_embeddings_layernorm``).
+        final_norm: a norm closing the stack (False for post-norm stacks, which end normed: OPT-350m).
+        head_bias: a bias on the output head (GPT-J's ``lm_head``).
+        clip_qkv: clamp the q, k, v projections' outputs to [−c, c] (MPT); None: off.
     """
 
     vocab_size: int
@@ -120,6 +126,10 @@ class LlamaConfig(JSONConfig):
     final_softcap: float | None = None
     attn_sinks: bool = False
     moe: dict[str, Any] | None = None
+    embed_norm: bool = False
+    final_norm: bool = True
+    head_bias: bool = False
+    clip_qkv: float | None = None
 
     def __post_init__(self) -> None:
         from posenc.families import hf_config as bounds
@@ -147,10 +157,11 @@ class LlamaConfig(JSONConfig):
         parameters = v * d * (1 if self.tie_embeddings else 2) + self.num_layers * per_layer + d
         check_memory(2.0 * parameters, f"a Llama model of {parameters:,} parameters (2 bytes each at least)",
                      fix="the config is not a real model's, or set POSENC_MEMORY_BUDGET (bytes) higher")
-        for name, choices in (("block", BLOCKS), ("norm", NORMS), ("ffn", FFNS), ("qk_norm", {"none": 0, **NORMS})):
+        for name, choices in (("block", BLOCKS), ("norm", NORMS), ("ffn", FFN_NAMES),
+                              ("qk_norm", {"none": 0, **NORMS})):
             if getattr(self, name) not in choices:
                 raise ValueError(f"LlamaConfig.{name} must be one of {sorted(choices)}, got {getattr(self, name)!r}")
-        for name in ("attn_scale", "logit_scale", "final_softcap"):
+        for name in ("attn_scale", "logit_scale", "final_softcap", "clip_qkv"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
                 raise ValueError(f"LlamaConfig.{name} must be a finite number > 0 or None, got {value!r}")
@@ -208,15 +219,18 @@ class LlamaLM(nn.Module):
         embed: token table (unscaled).
         position: the scheme shared by every attention (its additive hook acts on the embeddings).
         layers: the decoder blocks.
+        embed_norm: a norm on the token vectors before anything else (BLOOM); None: none.
         norm: the final norm.
         head: D → V (tied to ``embed`` or not).
     """
 
     def __init__(self, *, config: LlamaConfig, embed: TokenEmbedding, position: PositionScheme,
-                 layers: Sequence[nn.Module], norm: nn.Module, head: OutputHead) -> None:
+                 layers: Sequence[nn.Module], norm: nn.Module, head: OutputHead,
+                 embed_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.config = config
         self.embed, self.position = embed, position
+        self.embed_norm = embed_norm
         self.layers = nn.ModuleList(layers)
         self.norm, self.head = norm, head
         #: √D, rounded to the activation dtype where it is used, as HF's Gemma does (None: no scaling)
@@ -256,6 +270,8 @@ class LlamaLM(nn.Module):
         x = self.embed(ids)  # (B, T, D)
         if self.embed_scale is not None:
             x = x * torch.tensor(self.embed_scale, dtype=x.dtype, device=x.device)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
         x = self.position.add(x, positions)  # a no-op unless the input scheme is additive
         # every layer rotates with these positions: one cos/sin gather per scheme and forward (under compile:
         # traced once, nothing to reuse, and no Python state to touch inside the graph)
@@ -458,13 +474,18 @@ def _assemble(cfg: LlamaConfig, position: PositionScheme, plan: Sequence[LayerSp
                                   bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme, window=spec.window,
                                   scale=cfg.attn_scale, q_norm=qk_norm(spec), k_norm=qk_norm(spec),
                                   query_scale=spec.query_scale, sinks=cfg.attn_sinks)
+        if cfg.clip_qkv is not None:
+            clip_projections(attn, cfg.clip_qkv)
         ffn: nn.Module
         if moe is not None and i in moe.layers:
             ffn = build_moe(moe, dim=cfg.dim, shared_bias=cfg.ffn_bias)
         else:
-            ffn = GatedFFN(dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias, activation=cfg.ffn)
+            ffn = build_ffn(cfg.ffn, dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias)
         layers.append(block_cls(attn=attn, ffn=ffn, **{n: norm(cfg.dim, eps=cfg.norm_eps) for n in norm_names}))
     head = output_head_for(token, dim=cfg.dim, vocab_size=cfg.vocab_size, tie=cfg.tie_embeddings,
                            position=cfg.position)
+    if cfg.head_bias:
+        head.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
     return LlamaLM(config=cfg, embed=token, position=position, layers=layers,
-                   norm=norm(cfg.dim, eps=cfg.norm_eps), head=head)
+                   norm=norm(cfg.dim, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity(), head=head,
+                   embed_norm=norm(cfg.dim, eps=cfg.norm_eps) if cfg.embed_norm else None)

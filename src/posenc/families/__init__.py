@@ -15,6 +15,7 @@ family         model types (config.json)
 ``gemma3``     gemma3_text (Gemma 3 text models; 5 sliding : 1 global layers)
 ``gpt_oss``    gpt_oss (gpt-oss-20b/120b; sliding/full layers, sinks, YaRN, MoE)
 ``llama4``     llama4_text (Llama 4 text tower; chunked RoPE + NoPE layers, temperature, MoE)
+``deepseek_v3`` deepseek_v3 (DeepSeek-V3, Kimi-K2; MLA with a decoupled rotary slice, YaRN mscale, MoE)
 =============  =======================================================================
 """
 
@@ -30,7 +31,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3", "gpt_oss", "llama4")
+_MODULES = ("llama", "gemma3", "gpt_oss", "llama4", "deepseek_v3")
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,9 @@ class LlamaConfig(JSONConfig):
         moe: the mixture-of-experts FFN of some layers (``posenc.models.moe.MoESpec`` as a dict:
             router, experts, sizes and ``layers``); the other layers keep the dense ``ffn``.
             None: every layer is dense.
+        mla: multi-head latent attention in every layer instead of ``MultiHeadAttention``
+            (``posenc.models.mla.MLASpec`` as a dict: DeepSeek-V2/V3's low-rank q and kv and
+            the decoupled rotary slice). None: ordinary attention.
     """
 
     vocab_size: int
@@ -120,6 +123,7 @@ class LlamaConfig(JSONConfig):
     final_softcap: float | None = None
     attn_sinks: bool = False
     moe: dict[str, Any] | None = None
+    mla: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "num_layers", "num_heads", "ffn_dim", "max_position_embeddings"):
@@ -149,6 +153,10 @@ class LlamaConfig(JSONConfig):
             if bad:
                 raise ValueError(f"LlamaConfig.moe layers {bad} are outside 0 … {self.num_layers - 1}")
             object.__setattr__(self, "moe", spec.to_dict())
+        if self.mla is not None:
+            from posenc.models.mla import MLASpec
+
+            object.__setattr__(self, "mla", MLASpec.from_dict(self.mla).to_dict())
         if self.layer_plan is not None:  # kept as plain data (JSON), checked here
             object.__setattr__(self, "layer_plan", tuple(spec.to_dict() for spec in
                                                          parse_plan(self.layer_plan, self.num_layers)))
@@ -422,10 +430,17 @@ def _assemble(cfg: LlamaConfig, position: PositionScheme, plan: Sequence[LayerSp
         moe = MoESpec.from_dict(cfg.moe)
     layers = []
     for i, (spec, scheme) in enumerate(zip(plan, layer_schemes)):
-        attn = MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=head_dim,
-                                  bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme, window=spec.window,
-                                  scale=cfg.attn_scale, q_norm=qk_norm(spec), k_norm=qk_norm(spec),
-                                  query_scale=spec.query_scale, sinks=cfg.attn_sinks)
+        attn: nn.Module
+        if cfg.mla is not None:
+            from posenc.models.mla import MLASpec, MultiHeadLatentAttention
+
+            attn = MultiHeadLatentAttention(MLASpec.from_dict(cfg.mla), dim=cfg.dim, num_heads=cfg.num_heads,
+                                            position=scheme, window=spec.window, scale=cfg.attn_scale)
+        else:
+            attn = MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads,
+                                      head_dim=head_dim, bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme,
+                                      window=spec.window, scale=cfg.attn_scale, q_norm=qk_norm(spec),
+                                      k_norm=qk_norm(spec), query_scale=spec.query_scale, sinks=cfg.attn_sinks)
         ffn: nn.Module
         if moe is not None and i in moe.layers:
             ffn = build_moe(moe, dim=cfg.dim, shared_bias=cfg.ffn_bias)

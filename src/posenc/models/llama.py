@@ -96,6 +96,9 @@ class LlamaConfig(JSONConfig):
         final_norm: a norm closing the stack (False for post-norm stacks, which end normed: OPT-350m).
         head_bias: a bias on the output head (GPT-J's ``lm_head``).
         clip_qkv: clamp the q, k, v projections' outputs to [−c, c] (MPT); None: off.
+        mla: multi-head latent attention in every layer instead of ``MultiHeadAttention``
+            (``posenc.models.mla.MLASpec`` as a dict: DeepSeek-V2/V3's low-rank q and kv and
+            the decoupled rotary slice). None: ordinary attention.
     """
 
     vocab_size: int
@@ -130,6 +133,7 @@ class LlamaConfig(JSONConfig):
     final_norm: bool = True
     head_bias: bool = False
     clip_qkv: float | None = None
+    mla: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         from posenc.families import hf_config as bounds
@@ -173,6 +177,10 @@ class LlamaConfig(JSONConfig):
             if bad:
                 raise ValueError(f"LlamaConfig.moe layers {bad} are outside 0 … {self.num_layers - 1}")
             object.__setattr__(self, "moe", spec.to_dict())
+        if self.mla is not None:
+            from posenc.models.mla import MLASpec
+
+            object.__setattr__(self, "mla", MLASpec.from_dict(self.mla).to_dict())
         if self.layer_plan is not None:  # kept as plain data (JSON), checked here
             object.__setattr__(self, "layer_plan", tuple(spec.to_dict() for spec in
                                                          parse_plan(self.layer_plan, self.num_layers)))
@@ -470,10 +478,17 @@ def _assemble(cfg: LlamaConfig, position: PositionScheme, plan: Sequence[LayerSp
         moe = MoESpec.from_dict(cfg.moe)
     layers = []
     for i, (spec, scheme) in enumerate(zip(plan, layer_schemes)):
-        attn = MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=head_dim,
-                                  bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme, window=spec.window,
-                                  scale=cfg.attn_scale, q_norm=qk_norm(spec), k_norm=qk_norm(spec),
-                                  query_scale=spec.query_scale, sinks=cfg.attn_sinks)
+        attn: nn.Module
+        if cfg.mla is not None:
+            from posenc.models.mla import MLASpec, MultiHeadLatentAttention
+
+            attn = MultiHeadLatentAttention(MLASpec.from_dict(cfg.mla), dim=cfg.dim, num_heads=cfg.num_heads,
+                                            position=scheme, window=spec.window, scale=cfg.attn_scale)
+        else:
+            attn = MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads,
+                                      head_dim=head_dim, bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme,
+                                      window=spec.window, scale=cfg.attn_scale, q_norm=qk_norm(spec),
+                                      k_norm=qk_norm(spec), query_scale=spec.query_scale, sinks=cfg.attn_sinks)
         if cfg.clip_qkv is not None:
             clip_projections(attn, cfg.clip_qkv)
         ffn: nn.Module

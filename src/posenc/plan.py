@@ -27,8 +27,8 @@ Attention runs windows blockwise, without a T×T mask (``posenc.attention``).
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -112,16 +112,21 @@ class QueryScale:
         want = {"floor_scale", "attn_scale"}
         if set(self.options) != want:
             raise ValueError(f"query scale {self.kind!r} takes options {sorted(want)}, got {sorted(self.options)}")
-        floor_scale, attn_scale = float(self.options["floor_scale"]), float(self.options["attn_scale"])
-        if not (math.isfinite(floor_scale) and floor_scale > 0):
-            raise ValueError(f"llama4 floor_scale must be a finite number > 0, got {floor_scale}")
-        if not math.isfinite(attn_scale):
-            raise ValueError(f"llama4 attn_scale must be finite, got {attn_scale}")
+        self.module  # the scale's own checks (bounds, integer floor_scale)
+
+    @functools.cached_property
+    def module(self) -> Any:
+        """The one implementation of the formula: ``posenc.positions.temperature.Llama4QueryScale``."""
+        from posenc.positions.temperature import Llama4QueryScale
+
+        floor_scale = self.options["floor_scale"]
+        if isinstance(floor_scale, float) and floor_scale.is_integer():
+            floor_scale = int(floor_scale)  # JSON may hand back 8192.0
+        return Llama4QueryScale(floor_scale=floor_scale, attn_scale=float(self.options["attn_scale"]))
 
     def factors(self, positions: Any) -> Any:
-        """The factor per sequence index, float32 like the reference (an integer tensor (T,) or (B, T))."""
-        floor_scale, attn_scale = float(self.options["floor_scale"]), float(self.options["attn_scale"])
-        return ((positions.float() + 1.0) / floor_scale).floor().add(1.0).log() * attn_scale + 1.0
+        """The factor per sequence index (an integer tensor (T,) or (B, T)), float64."""
+        return self.module.factor(positions)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **{k: float(v) for k, v in self.options.items()}}

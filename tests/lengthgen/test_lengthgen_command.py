@@ -81,6 +81,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time ``pid`` has used (Linux /proc; 0 once it is gone)."""
+    import os
+
+    try:
+        fields = (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _children(pid: int) -> list[int]:
     """Live child processes of ``pid`` (Linux /proc)."""
     kids = []
@@ -117,7 +128,12 @@ def test_sigterm_to_a_jobs_grid_stops_every_worker_and_keeps_their_cells(tmp_pat
             time.sleep(0.2)
         workers = _children(proc.pid)  # the two workers and multiprocessing's resource tracker
         assert len(workers) >= 2
-        time.sleep(3.0)  # into the training loop (a 100,000-update budget: far from done)
+        # into the training loop (a 100,000-update budget: far from done): wait for CPU time, not wall time, so a
+        # loaded machine does not signal the workers before their first update
+        busy = sorted(workers, key=_cpu_seconds)[-2:]
+        while min(_cpu_seconds(w) for w in busy) < 3.0:
+            assert proc.poll() is None and time.monotonic() < deadline + 120, "the workers never got going"
+            time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
         deadline = time.monotonic() + 30

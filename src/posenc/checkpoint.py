@@ -46,6 +46,8 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import Tensor, nn
+
+from posenc.validation import regular_file
 
 FORMAT = "posenc-checkpoint"
 VERSION = 1
@@ -351,6 +355,58 @@ def check_run_dir(path: str | os.PathLike[str]) -> None:
                          f"give the run directory that holds it and '{LATEST}': {path.parent}")
 
 
+#: The file a running ``train`` holds an exclusive lock on, in its run directory.
+LOCK_FILE = ".lock"
+
+
+def refuse_existing_run(path: str | os.PathLike[str]) -> None:
+    """Refuse a fresh run into a directory that already holds another run's checkpoints.
+
+    Its ``latest`` and step directories would mix with the new run's, and a later
+    resume would continue whichever step happened to be newest.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return
+    steps = sorted(p.name for p in path.iterdir() if STEP_PATTERN.fullmatch(p.name))
+    if (path / LATEST).exists() or steps:
+        held = ((path / LATEST).read_text(encoding="utf-8").strip()[:80] if (path / LATEST).is_file()
+                else steps[-1] if steps else LATEST)
+        raise ValueError(f"checkpoint directory {path} already holds a run (latest: {held}); continue it with "
+                         "--resume (resume=True), or give a new directory — a fresh run there would mix two runs")
+
+
+@contextmanager
+def run_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive lock on run directory ``path`` (created if missing) while the body runs.
+
+    A second process training into the same directory is refused at once, naming the
+    holder's pid, instead of racing the first for ``latest``. The lock is ``flock`` on
+    ``path/.lock``: the kernel releases it when the holder exits, even after ``kill -9``.
+    Where ``flock`` is unavailable (not POSIX) nothing is locked.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            raise ValueError(f"checkpoint directory {path} is in use by another posenc run (pid {holder}); wait "
+                             "for it to finish, or give another directory") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 # -- load ------------------------------------------------------------------------
 def resolve(path: str | os.PathLike[str]) -> Path:
     """A step directory, given it or the run directory holding ``latest``.
@@ -368,7 +424,7 @@ def resolve(path: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(
             f"no checkpoint in {path}: neither {STATE_FILE} (a step directory) nor a '{LATEST}' file "
             "(a run directory written by posenc train)")
-    name = pointer.read_text(encoding="utf-8").strip()
+    name = regular_file(pointer, f"'{LATEST}' file").read_text(encoding="utf-8").strip()
     if not STEP_PATTERN.fullmatch(name):
         raise ValueError(f"{pointer} holds {name[:80]!r}, not a step directory name like step-00000200; "
                          f"write the name of the newest step directory into it")
@@ -388,7 +444,7 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
         ValueError: ``state.json`` is not a posenc checkpoint, or a file's hash does not match.
     """
     step_dir = resolve(path)
-    state_path = step_dir / STATE_FILE
+    state_path = regular_file(step_dir / STATE_FILE, STATE_FILE)  # a FIFO would block the read
     try:
         meta = json.loads(state_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
@@ -400,8 +456,9 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     _check_meta(meta, step_dir)
     for name, digest in meta["files"].items():
         file = step_dir / name
-        if not file.is_file():
+        if not file.exists():
             raise FileNotFoundError(f"checkpoint file {file} is missing")
+        regular_file(file, "checkpoint file")  # a FIFO is refused by name, not called missing or read
         if _sha256(file) != digest:
             raise ValueError(f"checkpoint file {file} is corrupt: its SHA-256 does not match {STATE_FILE}")
     meta["path"] = str(step_dir)

@@ -88,7 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print("posenc: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as err:  # noqa: BLE001 - the one place every error becomes a line and an exit code
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as err:  # noqa: BLE001 - the one place every error becomes a line and an exit code
+        # (BaseException: a Rust panic inside tokenizers or safetensors is a pyo3 PanicException, not an Exception)
         if args.debug:
             raise
         code, message = _failure(err)

@@ -43,6 +43,8 @@ form used by nanoGPT). AdamW: Loshchilov & Hutter (2019), ``torch.optim.AdamW``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import os
@@ -65,7 +67,9 @@ from posenc.checkpoint import (
     clean_temporaries,
     load_checkpoint,
     read_state,
+    refuse_existing_run,
     restore_rng,
+    run_lock,
     save_checkpoint,
 )
 from posenc.validation import number, positive_int, seed
@@ -315,6 +319,26 @@ def _check_optimizer_settings(optimizer: torch.optim.Optimizer, config: TrainCon
                              "state.json was edited — resume from another step")
 
 
+def _one_run_per_directory(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``train`` holding its checkpoint directory: a fresh run into another's directory, or two at once, refused."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        directory, resume = bound.arguments["checkpoint_dir"], bound.arguments["resume"]
+        if directory is None or not dist_info().is_main:
+            return fn(*args, **kwargs)
+        check_run_dir(directory)
+        with run_lock(directory):
+            if not resume:
+                refuse_existing_run(directory)
+            return fn(*args, **kwargs)
+    return locked
+
+
+@_one_run_per_directory
 def train(
     model: nn.Module,
     loss_fn: LossFn,

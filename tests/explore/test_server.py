@@ -149,7 +149,8 @@ def test_a_failing_request_answers_500_and_the_server_goes_on(server, monkeypatc
 
     monkeypatch.setattr(views, "view", broken)
     status, body = api(server, "/api/view", dim=16, length=16)
-    assert status == 500 and "boom" in body["error"]["en"]
+    assert status == 500 and "RuntimeError" in body["error"]["en"]
+    assert "boom" not in body["error"]["en"]  # a message can hold this machine's paths: never sent to a page
     monkeypatch.undo()
     assert api(server, "/api/view", dim=16, length=16)[0] == 200
 
@@ -268,3 +269,28 @@ def test_bias_profile_is_the_labs_forward_profile_for_a_distance_only_bias(serve
     want = measures.forward_profile(sim)[2]  # every diagonal, exactly: ALiBi depends on j − i only
     assert v["profile"]["mean"] == pytest.approx(want.tolist(), abs=1e-12)
     assert v["profile"]["increases"] == measures.monotonicity(want)["increases"]
+
+
+def _raw(server, request: bytes) -> bytes:
+    with socket.create_connection(server.server_address[:2], timeout=30) as conn:
+        conn.sendall(request)
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("hosts", [["evil@localhost"], ["localhost", "attacker.example"],
+                                   ["attacker.example", "localhost"], [], ["localhost evil"], ["localhost:99999x"]])
+def test_user_info_duplicate_or_malformed_host_headers_do_not_pass_the_loopback_check(server, hosts):
+    lines = "".join(f"Host: {h}\r\n" for h in hosts)
+    answer = _raw(server, f"GET /api/schemes HTTP/1.1\r\n{lines}Connection: close\r\n\r\n".encode())
+    assert answer.startswith(b"HTTP/1.0 403") or answer.startswith(b"HTTP/1.1 403"), answer[:200]
+
+
+def test_a_5000_character_file_name_is_a_404_that_names_no_path(server):
+    import posenc.explore
+
+    status, body = get(server, "/static/" + "a" * 5000 + ".js")
+    assert status == 404 and body["error"]["field"] == "path"
+    assert posenc.explore.__file__.rsplit("/", 2)[0] not in str(body)

@@ -172,3 +172,13 @@ def test_a_file_without_a_token_list_is_refused_by_key(tmp_path: Path) -> None:
 def test_uint64_sizes_are_fine_when_in_range(tmp_path: Path) -> None:
     path = write(tmp_path / "u64.gguf", gguf(arch_kvs(**{"llama.block_count": (UINT64, 2)})))
     assert check_header(path).metadata["llama.block_count"].value == 2
+
+
+def test_a_merge_of_tokens_outside_the_vocabulary_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    from posenc.formats.gguf_tokenizer import read_tokenizer
+
+    kvs = [*arch_kvs(), kv("tokenizer.ggml.model", STRING, "gpt2"),
+           kv("tokenizer.ggml.tokens", ARRAY, (STRING, ["a", "b"])), kv("tokenizer.ggml.merges", ARRAY, (STRING, ["a b"]))]
+    path = write(tmp_path / "m.gguf", gguf(kvs))
+    with pytest.raises(GGUFError, match=r"m\.gguf: the tokenizer metadata is inconsistent"):  # was a Rust panic
+        read_tokenizer(path)

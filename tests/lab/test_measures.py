@@ -210,3 +210,18 @@ def test_symmetry_matches_the_whole_transpose(gen, shape):
     s = torch.randn(*shape, generator=gen, dtype=torch.float64)
     assert m.symmetry(s)["asymmetry"] == float((s - s.transpose(-1, -2)).abs().max())
     assert m.symmetry(s + s.transpose(-1, -2))["symmetric"]
+
+
+def test_shift_residual_refuses_a_non_finite_table_instead_of_scoring_it_perfect():
+    table = torch.full((16, 4), float("nan"))
+    with pytest.raises(ValueError, match="table row 0 holds NaN"):  # was a relative residual of 0.0
+        m.shift_residual(table, (1, 2))
+    table = torch.randn(16, 4)
+    table[9, 2] = float("inf")
+    with pytest.raises(ValueError, match="table row 9"):
+        m.shift_residual(table, (1,))
+
+
+def test_shift_residual_of_an_all_zero_table_is_undefined_not_perfect():
+    rel = m.shift_residual(torch.zeros(16, 4), (1, 2))["relative_residual"]
+    assert all(math.isnan(r) for r in rel)

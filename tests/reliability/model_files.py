@@ -106,3 +106,41 @@ def load_outcome(path: Path) -> str:
     return capped("from posenc.pretrained import load_pretrained\n"
                   f"try:\n    load_pretrained({str(path)!r}); print('LOADED')\n"
                   "except Exception as err:\n    print(type(err).__name__ + ': ' + str(err).replace(chr(10), ' | '))\n")
+
+
+# -- a tiny llama GGUF, byte by byte (tests/formats/gguf_bytes.py) -------------------------------------------------
+def tiny_gguf_bytes(seed: int = 0) -> bytes:
+    """A complete llama GGUF: 1 block, width 8, 2 heads, F32 tensors, an 8-token byte-level vocabulary."""
+    import struct
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "formats"))
+    from gguf_bytes import ARRAY, BOOL, FLOAT32, INT32, STRING, UINT32, gguf, kv, tensor_info
+
+    g = torch.Generator().manual_seed(seed)
+    tokens = ["a", "b", "c", "ab", "e", "Ġ", "<s>", "</s>"]
+    kvs = [kv("general.architecture", STRING, "llama"), kv("llama.block_count", UINT32, 1),
+           kv("llama.context_length", UINT32, 64), kv("llama.embedding_length", UINT32, 8),
+           kv("llama.feed_forward_length", UINT32, 16), kv("llama.attention.head_count", UINT32, 2),
+           kv("llama.attention.head_count_kv", UINT32, 2), kv("llama.rope.freq_base", FLOAT32, 10000.0),
+           kv("llama.attention.layer_norm_rms_epsilon", FLOAT32, 1e-5), kv("llama.vocab_size", UINT32, 8),
+           kv("tokenizer.ggml.model", STRING, "gpt2"), kv("tokenizer.ggml.pre", STRING, "default"),
+           kv("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
+           kv("tokenizer.ggml.token_type", ARRAY, (INT32, [1, 1, 1, 1, 1, 1, 3, 3])),
+           kv("tokenizer.ggml.merges", ARRAY, (STRING, ["a b"])),
+           kv("tokenizer.ggml.bos_token_id", UINT32, 6), kv("tokenizer.ggml.eos_token_id", UINT32, 7),
+           kv("tokenizer.ggml.add_bos_token", BOOL, False),
+           kv("tokenizer.chat_template", STRING, "{% for m in messages %}{{ m['content'] }}{% endfor %}")]
+    shapes = {"token_embd.weight": (8, 8), "output_norm.weight": (8,), "blk.0.attn_norm.weight": (8,),
+              "blk.0.attn_q.weight": (8, 8), "blk.0.attn_k.weight": (8, 8), "blk.0.attn_v.weight": (8, 8),
+              "blk.0.attn_output.weight": (8, 8), "blk.0.ffn_norm.weight": (8,), "blk.0.ffn_gate.weight": (8, 16),
+              "blk.0.ffn_up.weight": (8, 16), "blk.0.ffn_down.weight": (16, 8)}  # GGUF order: fastest first
+    infos, data = [], b""
+    for name, dims in shapes.items():
+        n = 1
+        for d in dims:
+            n *= d
+        values = torch.ones(n) if name.endswith("norm.weight") else torch.randn(n, generator=g) * 0.3
+        infos.append(tensor_info(name, dims, 0, len(data)))
+        data += struct.pack(f"<{n}f", *values.tolist())
+        data += b"\0" * (-len(data) % 32)
+    return gguf(kvs, infos, data)

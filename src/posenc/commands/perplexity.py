@@ -65,6 +65,9 @@ def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool
             targets = window[:, -scored:]
             losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").double()  # (scored,)
             total += float(losses.sum())
+            if not math.isfinite(total):  # a NaN loss is not a perplexity: say so instead of printing nan
+                raise FloatingPointError(f"the model's loss is NaN or ±inf in the window of tokens {start}–{end}; "
+                                         "its weights or activations overflow (try --dtype float32)")
             count += scored
             if per_token is not None:
                 per_token.extend(losses.tolist())

@@ -44,9 +44,19 @@ MAX_QUERY = 8192
 #: Seconds a connection may stay silent before the server drops it.
 SOCKET_TIMEOUT = 30
 
-_STATIC_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_STATIC_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+#: A Host header: a name or address and an optional port — no user info (``evil@localhost``), no spaces.
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]{1,5})?$")
 _TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
           ".css": "text/css; charset=utf-8", ".png": "image/png", ".txt": "text/plain; charset=utf-8"}
+
+
+def host_of(values: list[str]) -> str:
+    """The host named by a request's Host header(s), or "" unless there is exactly one well-formed header."""
+    if len(values) != 1:
+        return ""
+    match = _HOST.match(values[0].strip())
+    return match.group(1) if match else ""
 
 
 def is_loopback(host: str) -> bool:
@@ -130,12 +140,14 @@ class ExploreHandler(BaseHTTPRequestHandler):
             if not getattr(self.server, "quiet", True):
                 traceback.print_exc(file=sys.stderr)
             try:
-                self._error(500, "server", f"{type(err).__name__}: {err}", f"서버 오류 — {type(err).__name__}: {err}")
+                # the type only: a message can hold paths of this machine, which a page must not see
+                self._error(500, "server", f"internal error ({type(err).__name__})",
+                            f"서버 내부 오류 ({type(err).__name__})")
             except OSError:
                 pass
 
     def _route(self) -> None:
-        if self.server.loopback_only and not is_loopback(urlsplit(f"//{self.headers.get('Host', '')}").hostname or ""):
+        if self.server.loopback_only and not is_loopback(host_of(self.headers.get_all("Host") or [])):
             # a page elsewhere pointing a name at 127.0.0.1 (DNS rebinding) must not reach the API
             self._error(403, "host", "this server answers only to localhost", "이 서버는 localhost 요청에만 응답합니다")
             return
@@ -156,7 +168,11 @@ class ExploreHandler(BaseHTTPRequestHandler):
 
     def _static(self, name: str) -> None:
         file = resources.files("posenc.explore").joinpath("static", name)
-        if not _STATIC_NAME.match(name) or not file.is_file():
+        try:
+            found = bool(_STATIC_NAME.match(name)) and file.is_file()
+        except OSError:  # ENAMETOOLONG and the like: no such file either
+            found = False
+        if not found:
             self._error(404, "path", f"no such file: {name}", f"없는 파일입니다: {name}")
             return
         suffix = name[name.rfind("."):]

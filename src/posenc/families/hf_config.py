@@ -138,6 +138,17 @@ class HFConfig:
             raise ValueError(f"{self.source}: {key} must be an object, got {value!r}")
         return value
 
+    def ids(self, key: str, default: Any = _MISSING, *, below: int) -> Any:
+        """Token ids: one integer or a list of integers, each in [0, below) (``eos_token_id`` is either)."""
+        value = self._get(key, default)
+        if value is default and default is not _MISSING:
+            return value
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < below for i in items):
+            raise ValueError(f"{self.source}: {key} must be a token id or a list of token ids from 0 to "
+                             f"{below - 1:,}, got {value!r}")
+        return list(items)
+
     def sub(self, key: str, data: Any) -> "HFConfig":
         """A nested object read with the same rules, its fields named ``key.field`` in messages."""
         return HFConfig(data, source=f"{self.source} ({key})")

@@ -119,7 +119,15 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
     # a token spelled outside the byte alphabet (rare) is respelled byte by byte, as HF's loader does
     spelled = [t if set(t) <= letters else "".join(alphabet[b] for b in t.encode("utf-8")) for t in tokens]
     vocab = {t: i for i, t in enumerate(spelled)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    try:
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:  # noqa: BLE001 - tokenizers raises a bare Exception, or a Rust panic (a
+        # BaseException), on merges of tokens outside the vocabulary
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise GGUFError(f"{path}: the tokenizer metadata is inconsistent ({reason}) — the file is corrupt; "
+                        "download or convert it again") from None
     tok.pre_tokenizer = _pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "default")), path)
     tok.decoder = decoders.ByteLevel()
     # a control token spelled outside the byte alphabet would be a llama.cpp mislabel: adding it would

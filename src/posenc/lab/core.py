@@ -45,6 +45,12 @@ class LabConfig:
             raise ValueError(f"--length must be >= 8, got {self.length}")
         if self.base <= 1:
             raise ValueError(f"--base must be > 1, got {self.base}")
+        from posenc.validation import check_memory
+
+        length, dim = self.length, self.dim  # experiments hold a few L × L maps and L × d tables in float64
+        check_memory(8.0 * (4 * length * length + 16 * length * dim),
+                     f"the lab at --length {length:,} --dim {dim:,} (L × L similarity maps, L × d tables, float64)",
+                     fix="lower --length or --dim")
 
     def generator(self, salt: int = 0) -> torch.Generator:
         """A torch generator seeded from ``seed`` and a per-use ``salt``."""

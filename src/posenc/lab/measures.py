@@ -512,6 +512,10 @@ def shift_residual(table: Tensor, offsets: Sequence[int] = (1, 2, 5, 17, 50), *,
         ``skipped``.
     """
     t = _as_float64(table, name="table", dims=(2,))
+    finite = torch.isfinite(t).all(dim=1)
+    if not bool(finite.all()):  # a NaN residual would otherwise read as 0.0, a perfect fit
+        row = int((~finite).nonzero()[0])
+        raise ValueError(f"table row {row} holds NaN or ±inf; shift_residual measures finite tables only")
     length, width = t.shape
     used = [int(k) for k in offsets if 1 <= int(k) < length]
     if method == "auto":
@@ -523,7 +527,8 @@ def shift_residual(table: Tensor, offsets: Sequence[int] = (1, 2, 5, 17, 50), *,
     return {
         "offsets": used,
         "max_residual": [f[0] for f in fits],
-        "relative_residual": [f[1] / y if y > 0 else 0.0 for f, y in zip(fits, targets)],
+        # an all-zero T[k:] is fitted by any map: 0/0, undefined (NaN → null in JSON), not a perfect 0.0
+        "relative_residual": [f[1] / y if y > 0 else math.nan for f, y in zip(fits, targets)],
         "residual_error_bound": [f[2] for f in fits],
         "equations_per_unknown": [(length - k) / width for k in used],
         "method": method,

@@ -154,6 +154,8 @@ def run_grid(
             continue
         ckpt = None if root is None else root / "checkpoints" / name
         resume = ckpt is not None and (ckpt / "latest").exists() and not fresh
+        if fresh and ckpt is not None and ckpt.exists() and info.is_main:
+            shutil.rmtree(ckpt)  # --fresh: this cell starts over, so its old checkpoints go (train refuses a mix)
         log(f"[{number}/{len(todo)}] {name}: training" + (" (resuming)" if resume else ""))
         cell = train_cell(task, scheme, seed=seed, config=config, checkpoint_dir=ckpt, resume=resume,
                           progress=progress)

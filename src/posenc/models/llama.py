@@ -353,8 +353,12 @@ class LlamaLM(nn.Module):
             for layer_cache in cache:  # under torch.compile: one decoding graph for every cache length
                 layer_cache.mark_dynamic()
             h = self.hidden(new, cache=cache)[:, -1]  # (B, D): only the last position needs logits
-            nxt = next_token(self.logits(h).float(), temperature=temperature, top_k=top_k, top_p=top_p,
-                             generator=generator)  # (B,)
+            logits = self.logits(h).float()  # (B, V)
+            if not bool(torch.isfinite(logits).all()):  # one B × V check per token: a NaN must not pick a token
+                done_so_far = ids.shape[1] - prompt.shape[1]
+                raise FloatingPointError(f"the model's logits hold NaN or ±inf at new token {done_so_far}; its "
+                                         "weights or activations overflow (try --dtype float32, or another file)")
+            nxt = next_token(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)  # (B,)
             if stops.numel():
                 nxt = torch.where(done, stops[0], nxt)
                 done |= torch.isin(nxt, stops)

@@ -118,7 +118,9 @@ def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | No
         raise ValueError(f"{path}: reading it needs the 'tokenizers' package: pip install 'posenc[models]'") from None
     try:
         tok = HFTokenizer.from_file(str(path))
-    except Exception as err:  # the tokenizers package raises a bare Exception on a malformed file
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:  # noqa: BLE001 - a bare Exception, or a Rust panic, on a malformed file
         raise ValueError(f"{path}: not a valid tokenizer.json ({err}); re-download it from the model's repository") \
             from None
     extra: dict[str, Any] = {}

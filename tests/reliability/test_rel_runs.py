@@ -1,0 +1,91 @@
+"""Issue 25: runs that share a directory, special files in a checkpoint, and the lab's size guard."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import assert_refused, posenc
+
+from posenc import ModelConfig, build_decoder_only
+from posenc import checkpoint as ckpt
+from posenc.train import TrainConfig, train
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return build_decoder_only(ModelConfig(vocab_size=5, dim=8, num_heads=2, num_layers=1, position="rope"))
+
+
+def _batches(step: int, rank: int, world_size: int) -> torch.Tensor:
+    return torch.randint(0, 5, (2, 6), generator=torch.Generator().manual_seed(step))
+
+
+def _loss(model, batch):
+    logits = model(batch[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()), batch[:, 1:].numel()
+
+
+CFG = TrainConfig(steps=2, lr=1e-3, warmup_steps=0, progress=False)
+
+
+@pytest.fixture
+def alarm():
+    """Fail in 20 s instead of blocking the suite (a read of a FIFO blocks until someone writes)."""
+    def stop(*_):
+        raise TimeoutError("blocked: the FIFO was opened for reading")
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(20)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+def test_a_fresh_run_into_a_directory_holding_a_run_is_refused(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    train(_model(), _loss, _batches, CFG, checkpoint_dir=run)
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(ValueError, match=r"already holds a run \(latest: step-00000002\).*--resume"):
+        train(_model(), _loss, _batches, CFG, checkpoint_dir=run)
+    assert sorted(p.name for p in run.iterdir()) == before  # nothing mixed in
+    train(_model(), _loss, _batches, CFG, checkpoint_dir=run, resume=True)  # continuing it is fine
+
+
+def test_the_train_command_refuses_it_too(tmp_path: Path) -> None:
+    args = ["train", "--quick", "--steps", "2", "--eval-examples", "2", "--dim", "8", "--heads", "2", "--layers", "1",
+            "--quiet", "--checkpoint-dir", str(tmp_path / "run")]
+    assert posenc(*args).code == 0
+    assert_refused(posenc(*args), "already holds a run", "--resume")
+
+
+def test_a_second_run_while_one_holds_the_directory_is_refused_naming_its_pid(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    with ckpt.run_lock(run):
+        with pytest.raises(ValueError, match=rf"in use by another posenc run \(pid {os.getpid()}\)"):
+            train(_model(), _loss, _batches, CFG, checkpoint_dir=run)
+    train(_model(), _loss, _batches, CFG, checkpoint_dir=run)  # released: the directory is free again
+
+
+@pytest.mark.parametrize("name", [ckpt.STATE_FILE, ckpt.MODEL_FILE, ckpt.LATEST])
+def test_a_fifo_in_a_checkpoint_is_refused_by_name_without_blocking(tmp_path: Path, alarm, name: str) -> None:
+    run = tmp_path / "run"
+    train(_model(), _loss, _batches, CFG, checkpoint_dir=run)
+    target = run / name if name == ckpt.LATEST else run / "step-00000002" / name
+    target.unlink()
+    os.mkfifo(target)
+    with pytest.raises(ValueError, match="FIFO") as err:
+        train(_model(), _loss, _batches, CFG, checkpoint_dir=run, resume=True)
+    assert name in str(err.value) and "missing" not in str(err.value)
+
+
+def test_the_lab_refuses_sizes_beyond_the_memory_budget(monkeypatch) -> None:
+    monkeypatch.setenv("POSENC_MEMORY_BUDGET", str(1 << 30))
+    assert_refused(posenc("lab", "--length", "100000", "--out", "-", "--quiet"), "--length", "memory budget")
+    from posenc.lab.core import LabConfig
+
+    with pytest.raises(ValueError, match="lower --length or --dim"):
+        LabConfig(length=100_000)

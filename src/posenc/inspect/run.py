@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from posenc.inspect.analysis import analyse_positions, analyse_tokens
-from posenc.inspect.locate import detect_tying, locate, rope_from_config
+from posenc.inspect.locate import alibi_from_config, detect_tying, locate, rope_from_config
 from posenc.formats import Checkpoint, CheckpointError, load_checkpoint
 from posenc.formats.safetensors import to_float64
 from posenc.lab.measures import diagonal_profile, monotonicity, scheme_similarity, scheme_table
@@ -55,6 +55,18 @@ def _rotary(cfg: dict[str, Any], max_positions: int) -> dict[str, Any] | None:
         "monotonic": monotonicity(profile),
         "analysis": analyse_positions(table) if table is not None else None,
     }
+
+
+def _alibi(cfg: dict[str, Any], max_positions: int) -> dict[str, Any] | None:
+    """The ALiBi bias a config implies, measured per head over ``max_positions`` (bounded) positions."""
+    built = alibi_from_config(cfg)
+    if built is None:
+        return None
+    scheme, settings = built
+    length = min(max(2, int(max_positions)), 256)
+    diag = diagonal_profile(scheme_similarity(scheme, length))  # (H, L, L): −m_h·|i − j|
+    return {"kind": "alibi", "settings": settings, "scheme": scheme.describe(), "length": length,
+            "relative_spread": diag["relative_spread"], "translation_invariant": diag["translation_invariant"]}
 
 
 def _gram_bytes(length: int, width: int) -> float:
@@ -157,6 +169,8 @@ def inspect_checkpoint(
             result["position"] = rotary
             if "note" in rotary["settings"]:
                 result["notes"].append(rotary["settings"]["note"])
+        elif (alibi := _alibi(cfg, max_positions)) is not None:
+            result["position"] = alibi
         elif found.relative:
             result["position"] = {"kind": "relative-bias"}
         else:

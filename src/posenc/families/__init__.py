@@ -19,6 +19,7 @@ family         model types (config.json)
 ``gptj``       gptj (partial RoPE, interleaved pairing, parallel residual with one norm)
 ``opt``        opt (learned positions read at an offset of 2; pre- or post-norm)
 ``mpt``        mpt (ALiBi with ``alibi_bias_max``, no biases, ``clip_qkv``)
+``bert``       bert (an encoder: learned positions + token types, post-norm; MiniLM, all-MiniLM-L6-v2)
 =============  =======================================================================
 """
 
@@ -34,7 +35,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt")
+_MODULES = ("llama", "gemma3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt", "bert")
 
 
 @dataclass(frozen=True)

@@ -155,6 +155,10 @@ def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
         hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise ValueError(f"{folder / 'config.json'}: not valid JSON ({err})") from None
+    from posenc.pretrained.stacks import is_stack_family, load_stack_folder
+
+    if is_stack_family(hf):  # an encoder or encoder–decoder family: its own builder (posenc.pretrained.stacks)
+        return load_stack_folder(folder, hf, dtype=dtype, device=device)
     config = llama_config_from_hf(hf, pairing=pairing, source=str(folder / "config.json"))
     ckpt = load_checkpoint(folder)
     model = build_llama(config, device="meta")

@@ -16,6 +16,7 @@ import torch
 
 from posenc.inspect.analysis import analyse_positions, analyse_tokens
 from posenc.inspect.locate import alibi_from_config, detect_tying, locate, rope_from_config
+from posenc.inspect.sinusoid import recognise_sinusoid
 from posenc.formats import Checkpoint, CheckpointError, load_checkpoint
 from posenc.formats.safetensors import to_float64
 from posenc.lab.measures import diagonal_profile, monotonicity, scheme_similarity, scheme_table
@@ -157,10 +158,12 @@ def inspect_checkpoint(
             raise ValueError(f"rows {start}:{stop} must select at least 2 of the table's {available} positions")
         check_memory(_gram_bytes(stop - start, width), f"measuring {stop - start} positions × {width} of "
                      f"{found.position!r}", fix=f"measure fewer with --rows START:STOP (e.g. --rows 0:2048)")
-        table = to_float64(ckpt.tensor(found.position))[found.position_offset :][start:stop]
+        stored = ckpt.tensor(found.position)
+        table = to_float64(stored)[found.position_offset :][start:stop]
         finite_table(table, f"position table {found.position!r} (rows {start}:{stop})")
-        result["position"] = {"kind": "learned", "tensor": found.position, "rows": [start, stop],
-                              "analysis": analyse_positions(table, seed=seed)}
+        fit = recognise_sinusoid(table, dtype=stored.dtype)  # a stored fixed sinusoid, told by fit
+        result["position"] = {"kind": "sinusoidal" if fit["is_sinusoid"] else "learned", "tensor": found.position,
+                              "rows": [start, stop], "sinusoid": fit, "analysis": analyse_positions(table, seed=seed)}
         if rope_from_config(cfg) is not None:
             result["notes"].append("the config also has rotary settings; the learned table is what is measured")
     else:

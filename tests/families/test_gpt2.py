@@ -79,3 +79,16 @@ def test_unsupported_switches_are_refused_by_name(key, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=key):
         load_pretrained(tmp_path)
+
+
+def test_inspect_and_lab_read_the_learned_table(seed, tmp_path):
+    from posenc.inspect import inspect_checkpoint
+    from posenc.lab.measures import scheme_similarity
+
+    hf = perturb(transformers.GPT2LMHeadModel(gpt2()))
+    hf.save_pretrained(tmp_path)
+    pos = inspect_checkpoint(tmp_path)["position"]
+    assert pos["kind"] == "learned" and pos["tensor"] == "transformer.wpe.weight" and pos["rows"] == [0, 40]
+    wpe = hf.transformer.wpe.weight.detach().double()
+    sim = scheme_similarity(load_pretrained(tmp_path).model.position, 40)  # the lab, on the loaded scheme
+    torch.testing.assert_close(sim, wpe @ wpe.T)

@@ -53,3 +53,16 @@ def test_original_config_style_reads_the_same(seed, tmp_path):
     ids = torch.randint(0, VOCAB, (1, 13))
     with torch.no_grad():
         torch.testing.assert_close(pm.model(ids), hf(ids).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_inspect_and_lab_read_the_partial_rotary(seed, tmp_path):
+    from posenc.inspect import inspect_checkpoint
+    from posenc.lab.measures import scheme_table
+
+    cfg = neox()
+    cfg.rope_parameters["partial_rotary_factor"] = 0.25
+    transformers.GPTNeoXForCausalLM(cfg).save_pretrained(tmp_path)
+    pos = inspect_checkpoint(tmp_path, max_positions=32)["position"]
+    assert pos["kind"] == "rotary" and pos["settings"]["rotary_dim"] == 4 and pos["translation_invariant"]
+    table = scheme_table(load_pretrained(tmp_path).model.layers[0].attn.position, torch.arange(8))  # (8, 16)
+    torch.testing.assert_close(table[:, 4:], torch.ones(8, 12, dtype=torch.float64))  # 12 coordinates never rotate

@@ -40,3 +40,11 @@ def test_null_rotary_dim_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="rotary_dim"):
         load_pretrained(tmp_path)
+
+
+def test_inspect_reads_the_partial_rotary(seed, tmp_path):
+    from posenc.inspect import inspect_checkpoint
+
+    transformers.GPTJForCausalLM(gptj()).save_pretrained(tmp_path)
+    s = inspect_checkpoint(tmp_path, max_positions=32)["position"]["settings"]
+    assert (s["rotary_dim"], s["pairing"], s["base"], s["max_position_embeddings"]) == (8, "interleaved", 1e4, 48)

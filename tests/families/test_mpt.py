@@ -75,3 +75,12 @@ def test_unsupported_switches_are_refused_by_name(key, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=key):
         load_pretrained(tmp_path)
+
+
+def test_inspect_reads_the_slopes(seed, tmp_path):
+    from posenc.inspect import inspect_checkpoint
+
+    transformers.MptForCausalLM(mpt(6, alibi_bias_max=16)).save_pretrained(tmp_path)
+    pos = inspect_checkpoint(tmp_path)["position"]
+    assert pos["kind"] == "alibi" and pos["settings"]["max_bias"] == 16.0
+    torch.testing.assert_close(torch.tensor(pos["settings"]["slopes"], dtype=torch.float64), alibi_slopes(6, 16.0))

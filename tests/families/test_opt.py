@@ -53,3 +53,17 @@ def test_projected_token_table_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match="word_embed_proj_dim"):
         load_pretrained(tmp_path)
+
+
+def test_inspect_and_lab_read_the_table_past_its_offset(seed, tmp_path):
+    from posenc.inspect import inspect_checkpoint
+    from posenc.lab.measures import scheme_similarity
+
+    hf = perturb(transformers.OPTForCausalLM(opt()))
+    hf.save_pretrained(tmp_path)
+    result = inspect_checkpoint(tmp_path)
+    assert result["position"]["kind"] == "learned" and result["located"]["position_offset"] == 2
+    assert result["position"]["rows"] == [0, 30]
+    rows = hf.model.decoder.embed_positions.weight.detach().double()[2:]
+    sim = scheme_similarity(load_pretrained(tmp_path).model.position, 30)
+    torch.testing.assert_close(sim, rows @ rows.T)

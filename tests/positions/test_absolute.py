@@ -101,3 +101,54 @@ def test_learned_offset_reads_row_p_plus_offset(seed):
 def test_learned_offset_outside_the_table_is_refused(offset):
     with pytest.raises(ValueError, match="offset"):
         LearnedPositions(dim=6, max_len=10, offset=offset)
+
+
+# -- the published layouts, each against the code that defines it ----------------------------------------------
+_hf = pytest.importorskip  # transformers is a test-only dependency: these tests skip without it
+
+
+def test_concatenated_half_is_marians_table():
+    """Marian: [sin | cos] halves, ω_i = 10000^(−2i/D), from position 0 (HF ``MarianSinusoidalPositionalEmbedding``)."""
+    marian = _hf("transformers.models.marian.modeling_marian")
+    ref = marian.MarianSinusoidalPositionalEmbedding(64, 24).create_weight().double()
+    ours = SinusoidalPositions(dim=24, layout="concatenated").encode(torch.arange(64))
+    torch.testing.assert_close(ours, ref, rtol=0, atol=1e-6)  # HF's table is float32
+
+
+def test_half_minus_one_is_whispers_table():
+    """Whisper's encoder: [sin | cos], ω_i = 10000^(−i/(D/2 − 1)) (HF ``sinusoids``)."""
+    whisper = _hf("transformers.models.whisper.modeling_whisper")
+    ref = whisper.sinusoids(100, 32).double()
+    ours = SinusoidalPositions(dim=32, layout="concatenated", denominator="half-minus-one").encode(torch.arange(100))
+    torch.testing.assert_close(ours, ref, rtol=0, atol=2e-5)  # float32 angles up to 99 rad
+
+
+def test_offset_two_is_m2m100s_positions():
+    """M2M100 / fairseq: tensor2tensor's table read at p + padding_idx + 1 = p + 2 (HF ``get_embedding``)."""
+    m2m = _hf("transformers.models.m2m_100.modeling_m2m_100")
+    ref = m2m.M2M100SinusoidalPositionalEmbedding.get_embedding(40 + 2, 16, padding_idx=1).double()[2:]
+    ours = build("sinusoidal", dim=16, num_heads=2, layout="concatenated", denominator="half-minus-one", offset=2)
+    torch.testing.assert_close(ours.encode(torch.arange(40)), ref, rtol=0, atol=1e-5)
+    assert ours.options() == {"dim": 16, "base": 10000.0, "layout": "concatenated",
+                              "denominator": "half-minus-one", "offset": 2}
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "concatenated"])
+def test_layouts_hold_the_same_pairs(layout):
+    """Both layouts hold the same (sin, cos) pairs, only in other columns; the cached table equals encode."""
+    scheme = SinusoidalPositions(dim=12, layout=layout, denominator="half-minus-one", offset=3)
+    t = scheme.encode(torch.arange(9))
+    sin, cos = (t[:, 0::2], t[:, 1::2]) if layout == "interleaved" else (t[:, :6], t[:, 6:])
+    torch.testing.assert_close(sin**2 + cos**2, torch.ones(9, 6, dtype=torch.float64))
+    want = torch.arange(3, 12).double()[:, None] * 10000.0 ** (-torch.arange(6).double() / 5)
+    torch.testing.assert_close(torch.atan2(sin, cos), torch.atan2(want.sin(), want.cos()))
+    x = torch.zeros(1, 9, 12)
+    torch.testing.assert_close(scheme.add(x, torch.arange(9))[0], t.float())
+
+
+@pytest.mark.parametrize("bad", [{"layout": "halves"}, {"denominator": "half-1"}, {"offset": -1}, {"offset": 1.5},
+                                 {"denominator": "half-minus-one", "dim": 2}])
+def test_bad_sinusoid_options_are_refused_by_name(bad):
+    opts = {"dim": 8} | bad
+    with pytest.raises(ValueError, match=next(iter(k for k in bad if k != "dim"))):
+        SinusoidalPositions(**opts)

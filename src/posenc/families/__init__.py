@@ -26,6 +26,7 @@ family         model types (config.json)
 ``opt``        opt (learned positions read at an offset of 2; pre- or post-norm)
 ``mpt``        mpt (ALiBi with ``alibi_bias_max``, no biases, ``clip_qkv``)
 ``deepseek_v3`` deepseek_v3 (DeepSeek-V3, Kimi-K2; MLA with a decoupled rotary slice, YaRN mscale, MoE)
+``bert``       bert (an encoder: learned positions + token types, post-norm; MiniLM, all-MiniLM-L6-v2)
 =============  =======================================================================
 """
 
@@ -41,7 +42,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gpt_oss", "llama4", "deepseek_v3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt")
+_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gpt_oss", "llama4", "deepseek_v3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt", "bert")
 
 
 @dataclass(frozen=True)

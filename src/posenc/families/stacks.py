@@ -18,8 +18,9 @@ Shape legend: H heads, Dh head width, D model width.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
@@ -36,12 +37,19 @@ class StackFamily(Family):
     Attributes:
         stack: the HF module name of the block list under ``prefix`` ("h", "layers", "blocks").
         dropped: suffixes of stored non-weights (causal-mask buffers) to skip.
+        strip: name prefixes removed first (a task model's base-model prefix: "bert." of ``BertForMaskedLM``).
+        builder: (config, device=...) → the model, for families that are not ``LlamaLM`` decoders
+            (encoders, encoder–decoders); ``posenc.pretrained`` then loads them with ``load_named``.
     """
 
     stack: str = "layers"
     dropped: tuple[str, ...] = ()
+    strip: tuple[str, ...] = ()
+    builder: Callable[..., Any] | None = None
 
     def posenc_name(self, hf_name: str) -> str | None:
+        for head in self.strip:
+            hf_name = hf_name.removeprefix(head)
         if hf_name.endswith(self.dropped):
             return DROPPED
         if hf_name in self.top_names:

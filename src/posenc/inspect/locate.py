@@ -27,6 +27,9 @@ Rotary models keep no position table: their angles come from ``config.json``
 (``rope_theta`` or ``rope_parameters``, ``rope_scaling``, ``head_dim``,
 ``partial_rotary_factor``/``rotary_pct``/``rotary_dim``), which
 :func:`rope_from_config` turns into the matching scheme of the registry.
+ALiBi models (BLOOM, MPT, Falcon with ``alibi``) keep none either: their
+slopes follow from the head count (and MPT's ``alibi_bias_max``), which
+:func:`alibi_from_config` turns into the registry's ``alibi``.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 import torch
 
 from posenc.formats.safetensors import Checkpoint, CheckpointError, to_float64
-from posenc.positions import PositionScheme, build, names, option_names
+from posenc.positions import PositionScheme, alibi_slopes, build, names, option_names
 
 ROLE_SUFFIXES: dict[str, tuple[str, ...]] = {
     "position": ("wpe.weight", "embeddings.position_embeddings.weight", "embed_positions.weight",
@@ -234,7 +237,7 @@ def _rope_settings(cfg: dict[str, Any]) -> dict[str, Any] | None:
             "rotary_dim": int(rotary_dim) if rotary_dim is not None else int(head_dim),
             "pairing": "interleaved" if model_type in ("gptj", "codegen") else "half",
             "rope_type": rope_type, "scaling": extra,
-            "max_position_embeddings": cfg.get("max_position_embeddings")}
+            "max_position_embeddings": cfg.get("max_position_embeddings", cfg.get("n_positions"))}
 
 
 def rope_from_config(cfg: dict[str, Any]) -> tuple[PositionScheme, dict[str, Any]] | None:
@@ -271,3 +274,34 @@ def rope_from_config(cfg: dict[str, Any]) -> tuple[PositionScheme, dict[str, Any
                                     "with the same base and widths is measured instead")
     settings["scheme"] = "rope"
     return build("rope", dim=dim, num_heads=heads, **base_opts), settings
+
+
+# -- ALiBi from config --------------------------------------------------------
+#: Model types that always use ALiBi (their configs have no switch for it).
+ALIBI_MODEL_TYPES = ("bloom",)
+
+
+def alibi_from_config(cfg: dict[str, Any]) -> tuple[PositionScheme, dict[str, Any]] | None:
+    """The registry's ``alibi`` for a model whose config implies ALiBi, and what was read; else None.
+
+    BLOOM always has ALiBi; MPT when ``attn_config.alibi`` (default true), with
+    ``alibi_bias_max`` as the slopes' scale; any other config when its top-level
+    ``alibi`` is true (Falcon).
+    """
+    model_type = str(cfg.get("model_type", "")).lower()
+    attn = cfg.get("attn_config") if isinstance(cfg.get("attn_config"), dict) else {}
+    if model_type == "mpt":
+        on, max_bias = attn.get("alibi", True) is True, attn.get("alibi_bias_max", 8)
+    else:
+        on, max_bias = model_type in ALIBI_MODEL_TYPES or cfg.get("alibi") is True, 8
+    if not on:
+        return None
+    heads = cfg.get("n_head", cfg.get("n_heads", cfg.get("num_attention_heads")))
+    if isinstance(heads, bool) or not isinstance(heads, int) or heads <= 0:
+        raise CheckpointError(f"config.json implies ALiBi but states no head count (n_head / n_heads / "
+                              f"num_attention_heads), got {heads!r}; add it to the config")
+    if isinstance(max_bias, bool) or not isinstance(max_bias, (int, float)) or not max_bias > 0:
+        raise CheckpointError(f"config.json: alibi_bias_max = {max_bias!r} must be a number > 0 (MPT uses 8)")
+    scheme = build("alibi", dim=heads, num_heads=heads, max_bias=float(max_bias))
+    return scheme, {"scheme": "alibi", "num_heads": heads, "max_bias": float(max_bias),
+                    "slopes": alibi_slopes(heads, float(max_bias)).tolist()}

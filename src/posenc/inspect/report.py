@@ -49,6 +49,17 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                      f"(relative spread {_fmt(pos['relative_spread'])}); rises at {pos['monotonic']['increases']} "
                      f"of {pos['monotonic']['steps']} steps; min {_fmt(pos['monotonic']['min'])} at distance "
                      f"{pos['monotonic']['argmin']}")
+    if "sinusoid" in pos:
+        from posenc.inspect.sinusoid import describe
+
+        fit = pos["sinusoid"]
+        lines.append(f"sinusoid    {'yes' if fit['is_sinusoid'] else 'no'}: {describe(fit)}" if fit["is_sinusoid"]
+                     else f"sinusoid    no: {fit.get('why', '')}")
+    if pos["kind"] == "alibi":
+        s = pos["settings"]
+        slopes = s["slopes"]
+        lines.append(f"alibi       {s['num_heads']} heads, max_bias {s['max_bias']:g}: slopes {_fmt(max(slopes), 3)} … "
+                     f"{_fmt(min(slopes), 3)} (bias −m·|i − j|); translation invariant {pos['translation_invariant']}")
     a = pos.get("analysis")
     if a:
         n, shift, base = a["norms"], a["shift_centred"], a.get("baselines", {})

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from posenc.inspect.analysis import analyse_positions, analyse_tokens
-from posenc.inspect.locate import detect_tying, locate, rope_from_config
+from posenc.inspect.locate import alibi_from_config, detect_tying, locate, rope_from_config
+from posenc.inspect.sinusoid import recognise_sinusoid
 from posenc.formats import Checkpoint, CheckpointError, load_checkpoint
 from posenc.families import config_from_hf
 from posenc.formats.safetensors import to_float64
@@ -86,6 +87,18 @@ def _rotary(cfg: dict[str, Any], max_positions: int, plan: Any = None) -> dict[s
         "monotonic": monotonicity(profile),
         "analysis": analyse_positions(table) if table is not None else None,
     }
+
+
+def _alibi(cfg: dict[str, Any], max_positions: int) -> dict[str, Any] | None:
+    """The ALiBi bias a config implies, measured per head over ``max_positions`` (bounded) positions."""
+    built = alibi_from_config(cfg)
+    if built is None:
+        return None
+    scheme, settings = built
+    length = min(max(2, int(max_positions)), 256)
+    diag = diagonal_profile(scheme_similarity(scheme, length))  # (H, L, L): −m_h·|i − j|
+    return {"kind": "alibi", "settings": settings, "scheme": scheme.describe(), "length": length,
+            "relative_spread": diag["relative_spread"], "translation_invariant": diag["translation_invariant"]}
 
 
 def _gram_bytes(length: int, width: int) -> float:
@@ -178,10 +191,12 @@ def inspect_checkpoint(
             raise ValueError(f"rows {start}:{stop} must select at least 2 of the table's {available} positions")
         check_memory(_gram_bytes(stop - start, width), f"measuring {stop - start} positions × {width} of "
                      f"{found.position!r}", fix=f"measure fewer with --rows START:STOP (e.g. --rows 0:2048)")
-        table = to_float64(ckpt.tensor(found.position))[found.position_offset :][start:stop]
+        stored = ckpt.tensor(found.position)
+        table = to_float64(stored)[found.position_offset :][start:stop]
         finite_table(table, f"position table {found.position!r} (rows {start}:{stop})")
-        result["position"] = {"kind": "learned", "tensor": found.position, "rows": [start, stop],
-                              "analysis": analyse_positions(table, seed=seed)}
+        fit = recognise_sinusoid(table, dtype=stored.dtype)  # a stored fixed sinusoid, told by fit
+        result["position"] = {"kind": "sinusoidal" if fit["is_sinusoid"] else "learned", "tensor": found.position,
+                              "rows": [start, stop], "sinusoid": fit, "analysis": analyse_positions(table, seed=seed)}
         if rope_from_config(cfg) is not None:
             result["notes"].append("the config also has rotary settings; the learned table is what is measured")
     else:
@@ -190,6 +205,8 @@ def inspect_checkpoint(
             result["position"] = rotary
             if "note" in rotary["settings"]:
                 result["notes"].append(rotary["settings"]["note"])
+        elif (alibi := _alibi(cfg, max_positions)) is not None:
+            result["position"] = alibi
         elif found.relative:
             result["position"] = {"kind": "relative-bias"}
         else:

@@ -26,59 +26,104 @@ def check_even(value: int, *, name: str, what: str) -> None:
         )
 
 
-def sinusoid_frequencies(dim: int, base: float = 10000.0) -> Tensor:
-    """ω_i = base^(−2i/dim) for i = 0 … dim/2 − 1, float64."""
+#: Column layouts of a sinusoidal table: sin/cos of pair i in columns (2i, 2i + 1) — Vaswani et al.'s
+#: formula, d2l — or all sines then all cosines, [sin | cos] (tensor2tensor, fairseq, Marian, M2M100, Whisper).
+LAYOUTS = ("interleaved", "concatenated")
+#: What the frequency exponent divides by: ω_i = base^(−i/(D/2)) = base^(−2i/D) (Vaswani et al., Marian), or
+#: base^(−i/(D/2 − 1)) (tensor2tensor's ``get_timing_signal_1d``, fairseq, M2M100, Whisper's ``sinusoids``),
+#: whose last pair turns exactly at 1/base.
+DENOMINATORS = ("half", "half-minus-one")
+
+
+def sinusoid_frequencies(dim: int, base: float = 10000.0, denominator: str = "half") -> Tensor:
+    """ω_i = base^(−i/(dim/2)) ("half") or base^(−i/(dim/2 − 1)) ("half-minus-one"), i = 0 … dim/2 − 1, float64."""
     check_even(dim, name="dim", what="the sinusoidal table")
-    return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    if denominator not in DENOMINATORS:
+        raise ValueError(f"denominator must be one of {DENOMINATORS}, got {denominator!r}")
+    if denominator == "half":
+        return base ** (-torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    if dim < 4:
+        raise ValueError(f"dim={dim}: the denominator 'half-minus-one' divides by dim/2 − 1 and needs dim >= 4")
+    return base ** (-torch.arange(dim // 2, dtype=torch.float64) / (dim // 2 - 1))
 
 
-def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0) -> Tensor:
-    """The sinusoidal table of Vaswani et al. (2017), float64, at integer ``positions``.
+def sinusoid_table(positions: Tensor, dim: int, base: float = 10000.0, *, layout: str = "interleaved",
+                   denominator: str = "half", offset: int = 0) -> Tensor:
+    """The sinusoidal table of Vaswani et al. (2017) and its published variants, float64, at integer ``positions``.
 
-    PE[p, 2i] = sin(p·ω_i), PE[p, 2i+1] = cos(p·ω_i), ω_i = base^(−2i/dim).
-    Angles are formed in float64 from the integer positions, so any position
-    (1e6 and beyond) is exact to float64 rounding: there is no max_len cliff.
+    interleaved: PE[p, 2i] = sin(q·ω_i), PE[p, 2i+1] = cos(q·ω_i); concatenated:
+    PE[p, i] = sin(q·ω_i), PE[p, dim/2 + i] = cos(q·ω_i); q = p + ``offset`` and ω_i
+    per ``denominator`` (``sinusoid_frequencies``). Angles are formed in float64 from
+    the integer positions, so any position (1e6 and beyond) is exact to float64
+    rounding: there is no max_len cliff.
 
     Returns:
         (..., T, dim) float64, for positions of shape (..., T).
     """
     positions = check_positions(positions)
-    angles = positions.double().unsqueeze(-1) * sinusoid_frequencies(dim, base).to(positions.device)
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    angles = (positions + offset).double().unsqueeze(-1) * \
+        sinusoid_frequencies(dim, base, denominator).to(positions.device)
     cos, sin = cos_sin(angles)  # one op under torch.compile: the table is computed once, not per batch row
+    if layout == "concatenated":
+        return torch.cat((sin, cos), dim=-1)  # (..., T, dim): [sin | cos]
     table = torch.stack((sin, cos), dim=-1)  # (..., T, dim/2, 2)
     return table.flatten(-2)  # (..., T, dim): sin, cos interleaved
 
 
 class SinusoidalPositions(AdditiveScheme):
-    """Fixed sinusoidal encoding added to token vectors (Vaswani et al., 2017, §3.5).
+    """Fixed sinusoidal encoding added to token vectors (Vaswani et al., 2017, §3.5), in each published layout.
 
-    Reference used to verify: the float64 formula itself (tests), and d2l's
-    ``PositionalEncoding`` layout (sin in even columns, cos in odd columns).
+    The default is the paper's formula (interleaved, ω_i = base^(−2i/D), from
+    position 0). Real models store it otherwise: Marian as [sin | cos] halves;
+    tensor2tensor, fairseq, M2M100 and Whisper as halves with ω_i =
+    base^(−i/(D/2 − 1)); fairseq-style models read position p at p + 2 (their
+    padding offset). ``posenc inspect`` tells them apart by fit
+    (``posenc.inspect.sinusoid``).
+
+    Reference used to verify: the float64 formula itself, d2l's
+    ``PositionalEncoding`` layout, and HF's ``MarianSinusoidalPositionalEmbedding``,
+    ``M2M100SinusoidalPositionalEmbedding.get_embedding`` and Whisper's ``sinusoids``
+    (``tests/positions/test_absolute.py``).
 
     Args:
         dim: model width, even.
         base: the wavelength base (10000 in the paper).
+        layout: "interleaved" (sin, cos of pair i in columns 2i, 2i + 1) or "concatenated" ([sin | cos]).
+        denominator: "half" (ω_i = base^(−2i/D)) or "half-minus-one" (ω_i = base^(−i/(D/2 − 1))).
+        offset: position p is encoded as p + offset (fairseq / M2M100: 2).
     """
 
     name: ClassVar[str] = "sinusoidal"
 
-    def __init__(self, *, dim: int, base: float = 10000.0) -> None:
+    def __init__(self, *, dim: int, base: float = 10000.0, layout: str = "interleaved", denominator: str = "half",
+                 offset: int = 0) -> None:
         super().__init__(dim=dim)
         check_even(dim, name="dim", what="the sinusoidal encoding")
         self.base = number(base, "base", above=1, fix="the wavelength base is usually 10000")
+        if layout not in LAYOUTS:
+            raise ValueError(f"sinusoidal: layout must be one of {LAYOUTS}, got {layout!r}")
+        if denominator not in DENOMINATORS:
+            raise ValueError(f"sinusoidal: denominator must be one of {DENOMINATORS}, got {denominator!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= F32_EXACT_INT:
+            raise ValueError(f"sinusoidal: offset={offset!r} must be an integer >= 0 (fairseq / M2M100: 2)")
+        sinusoid_frequencies(dim, self.base, denominator)  # validate the width for the denominator now
+        self.layout, self.denominator, self.offset = layout, denominator, offset
 
     #: Largest cached table (rows × dim elements): 4 Mi — 16 MiB in float32.
     TABLE_LIMIT: ClassVar[int] = 1 << 22
 
     def encode(self, positions: Tensor) -> Tensor:
-        return sinusoid_table(positions, self.dim, self.base)
+        return sinusoid_table(positions, self.dim, self.base, layout=self.layout, denominator=self.denominator,
+                              offset=self.offset)
 
     def table(self, positions: Tensor, *, dtype: torch.dtype, device: torch.device) -> Tensor:
         """Rows of a table formed once per (dtype, device) for positions 0 … L − 1 (L a power of two).
 
         Bit-for-bit ``encode(positions).to(dtype)`` (float64 formula, cast at the
         end), so ``add`` is one gather of T rows and one read-add-write of x.
-        Served by ``TableCache`` keyed on (class, dim, base); positions past
+        Served by ``TableCache`` keyed on (class, dim, base, layout, denominator, offset); positions past
         ``TABLE_LIMIT``, and every call under ``torch.compile`` (sizing the table
         reads a value), are formed directly.
         """
@@ -86,14 +131,17 @@ class SinusoidalPositions(AdditiveScheme):
         if compiling():
             return super().table(positions, dtype=dtype, device=device)
         cache: TableCache = self.__dict__.setdefault("_table_cache", TableCache(limit=self.TABLE_LIMIT))
-        rows = cache.rows(positions, key=(type(self).__qualname__, self.dim, self.base), width=self.dim, dtype=dtype,
+        key = (type(self).__qualname__, self.dim, self.base, self.layout, self.denominator, self.offset)
+        rows = cache.rows(positions, key=key, width=self.dim, dtype=dtype,
                           build=lambda p: (super(SinusoidalPositions, self).table(p, dtype=dtype, device=device),))
         if rows is None:
             return super().table(positions, dtype=dtype, device=device)
         return rows[0]  # (..., T, D)
 
     def options(self) -> dict[str, Any]:
-        return {"dim": self.dim, "base": self.base}
+        layout = {"layout": self.layout, "denominator": self.denominator, "offset": self.offset}
+        defaults = {"layout": "interleaved", "denominator": "half", "offset": 0}
+        return {"dim": self.dim, "base": self.base} | {k: v for k, v in layout.items() if v != defaults[k]}
 
 
 class LearnedPositions(AdditiveScheme):

@@ -164,6 +164,10 @@ def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
         raise ValueError(f"{config_path}: not UTF-8 text ({err.reason} at byte {err.start}); "
                          "use the config.json that came with the weights") from None
     HFConfig(hf, source=str(config_path))  # a JSON object, not a list or a number
+    from posenc.pretrained.stacks import is_stack_family, load_stack_folder
+
+    if is_stack_family(hf):  # an encoder or encoder–decoder family: its own builder (posenc.pretrained.stacks)
+        return load_stack_folder(folder, hf, dtype=dtype, device=device)
     config = llama_config_from_hf(hf, pairing=pairing, source=str(config_path))
     ckpt = load_checkpoint(folder)
     model = build_llama(config, device="meta")

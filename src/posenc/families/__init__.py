@@ -6,7 +6,11 @@ goes in posenc's model; ``posenc.models.llama.build_llama`` builds every family
 from parts, and ``posenc.pretrained`` loads the weights. Nothing else knows a
 family. Adding one is one file with ``FAMILY = Family(...)``, listed in
 ``_MODULES`` below, and its comparison test against HF's own modeling code
-(``tests/families``); docs/architecture.md walks through it.
+(``tests/families``); docs/architecture.md walks through it. A family whose
+decoder has parts ``LlamaLM`` lacks reads into a ``LlamaConfig`` subclass with a
+``build_model`` method, which ``build_llama`` calls (Gemma 4:
+``posenc.models.gemma4``); fused checkpoint tensors are split, and tensors whose
+layout follows another's pairing permuted, by the family's ``split``.
 
 =============  =======================================================================
 family         model types (config.json)
@@ -17,6 +21,7 @@ family         model types (config.json)
 ``smollm3``    smollm3 (SmolLM3; every 4th layer NoPE, ``no_rope_layers``; the NoPE layers slide)
 ``cohere2``    cohere2 (Command R7B / A; sliding RoPE : global NoPE, parallel blocks, interleaved rows)
 ``phi3``       phi3 (Phi-3 / 3.5 / 4-mini; fused qkv and gate_up split, LongRoPE, partial rotary)
+``gemma4``     gemma4_text (Gemma 4 text; proportional RoPE, wide global heads, PLE, KV sharing)
 =============  =======================================================================
 """
 
@@ -32,7 +37,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3")
+_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gemma4")
 
 
 @dataclass(frozen=True)

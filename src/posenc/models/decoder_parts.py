@@ -10,7 +10,8 @@ name               what                                                         
 norm ``rms``       x / rms(x) · g, cast before the gain                            Llama, Qwen, SmolLM, Phi-3
 norm ``rms-offset`` x / rms(x) · (1 + g) in float32, cast after (zero-centred g)   Gemma 3 / 4
 norm ``layer``     (x − mean) / std · g, no bias, float32                          Cohere 2
-norm ``rms-unit``  x / rms(x), no gain                                             Llama 4 QK-norm
+norm ``rms-unit``  x / rms(x), no gain                                             Llama 4 QK-norm, Gemma 4 v-norm
+norm ``rms-float`` x / rms(x) · g, all in float32, cast after (g starts at 1)      Gemma 4
 ffn ``swiglu``     down(silu(gate(x)) · up(x))                                     Llama family
 ffn ``geglu``      down(gelu_tanh(gate(x)) · up(x))                                Gemma
 block ``pre``      x + attn(n₁(x)); x + ffn(n₂(x))                                  Llama family
@@ -19,7 +20,7 @@ block ``parallel`` x + attn(n(x)) + ffn(n(x))                                   
 =================  ==============================================================  ==========================
 
 References used to verify: HF ``transformers`` ``LlamaRMSNorm``,
-``Gemma3RMSNorm``, ``CohereLayerNorm``, ``Llama4TextL2Norm``, ``Gemma3MLP``
+``Gemma3RMSNorm``, ``Gemma4RMSNorm``, ``CohereLayerNorm``, ``Llama4TextL2Norm``, ``Gemma3MLP``
 and the decoder layers of Llama, Gemma 3 and Cohere 2 (``tests/families``).
 
 Shape legend: B batch, T sequence length, D model width.
@@ -101,9 +102,21 @@ class BiasFreeLayerNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
+class FloatRMSNorm(RMSNorm):
+    """x / rms(x) · g with the gain multiplied in float32 and the product cast (HF ``Gemma4RMSNorm``).
+
+    Unlike Gemma 3's norm the gain is not zero-centred (a checkpoint stores g; ones =
+    identity); unlike Llama's the cast comes after the gain, so 16-bit models round once.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return (normed * self.weight.float()).to(x.dtype)
+
+
 #: norm name → class(dim, eps=...).
 NORMS: dict[str, Callable[..., nn.Module]] = {"rms": RMSNorm, "rms-offset": OffsetRMSNorm, "layer": BiasFreeLayerNorm,
-                                             "rms-unit": UnitRMSNorm}
+                                             "rms-unit": UnitRMSNorm, "rms-float": FloatRMSNorm}
 
 
 def _gelu_tanh(x: Tensor) -> Tensor:

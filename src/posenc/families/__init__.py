@@ -6,7 +6,11 @@ goes in posenc's model; ``posenc.models.llama.build_llama`` builds every family
 from parts, and ``posenc.pretrained`` loads the weights. Nothing else knows a
 family. Adding one is one file with ``FAMILY = Family(...)``, listed in
 ``_MODULES`` below, and its comparison test against HF's own modeling code
-(``tests/families``); docs/architecture.md walks through it.
+(``tests/families``); docs/architecture.md walks through it. A family whose
+decoder has parts ``LlamaLM`` lacks reads into a ``LlamaConfig`` subclass with a
+``build_model`` method, which ``build_llama`` calls (Gemma 4:
+``posenc.models.gemma4``); fused checkpoint tensors are split, and tensors whose
+layout follows another's pairing permuted, by the family's ``split``.
 
 =============  =======================================================================
 family         model types (config.json)
@@ -27,6 +31,7 @@ family         model types (config.json)
 ``mpt``        mpt (ALiBi with ``alibi_bias_max``, no biases, ``clip_qkv``)
 ``deepseek_v3`` deepseek_v3 (DeepSeek-V3, Kimi-K2; MLA with a decoupled rotary slice, YaRN mscale, MoE)
 ``bert``       bert (an encoder: learned positions + token types, post-norm; MiniLM, all-MiniLM-L6-v2)
+``gemma4``     gemma4_text (Gemma 4 text; proportional RoPE, wide global heads, PLE, KV sharing)
 =============  =======================================================================
 """
 
@@ -42,7 +47,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gpt_oss", "llama4", "deepseek_v3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt", "bert")
+_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gemma4", "gpt_oss", "llama4", "deepseek_v3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt", "bert")
 
 
 @dataclass(frozen=True)

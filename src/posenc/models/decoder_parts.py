@@ -10,7 +10,8 @@ name               what                                                         
 norm ``rms``       x / rms(x) · g, cast before the gain                            Llama, Qwen, SmolLM, Phi-3
 norm ``rms-offset`` x / rms(x) · (1 + g) in float32, cast after (zero-centred g)   Gemma 3 / 4
 norm ``layer``     (x − mean) / std · g, no bias, float32                          Cohere 2
-norm ``rms-unit``  x / rms(x), no gain                                             Llama 4 QK-norm
+norm ``rms-unit``  x / rms(x), no gain                                             Llama 4 QK-norm, Gemma 4 v-norm
+norm ``rms-float`` x / rms(x) · g, all in float32, cast after (g starts at 1)      Gemma 4
 norm ``layernorm`` (x − mean) / std · g + b, in the activation dtype (torch's)      GPT-2, OPT, BLOOM, NeoX, GPT-J
 ffn ``swiglu``     down(silu(gate(x)) · up(x))                                     Llama family
 ffn ``geglu``      down(gelu_tanh(gate(x)) · up(x))                                Gemma
@@ -28,7 +29,7 @@ Besides, ``ClippedLinear`` clamps a projection's output to [−c, c] (MPT's
 ``clip_qkv``).
 
 References used to verify: HF ``transformers`` ``LlamaRMSNorm``,
-``Gemma3RMSNorm``, ``CohereLayerNorm``, ``Llama4TextL2Norm``, ``Gemma3MLP``
+``Gemma3RMSNorm``, ``Gemma4RMSNorm``, ``CohereLayerNorm``, ``Llama4TextL2Norm``, ``Gemma3MLP``
 and the decoder layers of Llama, Gemma 3 and Cohere 2; the blocks and MLPs of
 GPT-2, OPT, BLOOM, GPT-NeoX, GPT-J and MPT (``tests/families``).
 
@@ -119,9 +120,21 @@ class LayerNorm(nn.LayerNorm):
         super().__init__(dim, eps=eps)
 
 
+class FloatRMSNorm(RMSNorm):
+    """x / rms(x) · g with the gain multiplied in float32 and the product cast (HF ``Gemma4RMSNorm``).
+
+    Unlike Gemma 3's norm the gain is not zero-centred (a checkpoint stores g; ones =
+    identity); unlike Llama's the cast comes after the gain, so 16-bit models round once.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
+        return (normed * self.weight.float()).to(x.dtype)
+
+
 #: norm name → class(dim, eps=...).
 NORMS: dict[str, Callable[..., nn.Module]] = {"rms": RMSNorm, "rms-offset": OffsetRMSNorm, "layer": BiasFreeLayerNorm,
-                                             "rms-unit": UnitRMSNorm, "layernorm": LayerNorm}
+                                             "rms-unit": UnitRMSNorm, "layernorm": LayerNorm, "rms-float": FloatRMSNorm}
 
 
 def _gelu_tanh(x: Tensor) -> Tensor:

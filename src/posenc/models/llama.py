@@ -439,6 +439,9 @@ def build_llama(config: LlamaConfig, *, device: str | torch.device | None = None
             one by one). Position schemes are always built for real, on the
             default device: their own buffers, if any, are not in a checkpoint.
     """
+    own = getattr(config, "build_model", None)
+    if own is not None:  # a family config with parts beyond this decoder's brings its own builder (Gemma 4)
+        return own(device=device)
     cfg = config
     # each scheme is told the model's heads, head width, trained context and that the stack is causal
     def make(name: str, options: dict[str, Any]) -> PositionScheme:

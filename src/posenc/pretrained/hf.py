@@ -63,24 +63,27 @@ def llama_config_from_hf(hf: dict[str, Any], *, pairing: str = "interleaved",
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def _to_pairing(name: str, t: Tensor, cfg: LlamaConfig, source_pairing: str) -> Tensor:
+def _to_pairing(name: str, t: Tensor, model: LlamaLM, source_pairing: str) -> Tensor:
     """q/k projection rows (weight or bias) from the checkpoint's pairing to the layer's.
 
     A layer without rotation (NoPE, a bias scheme) keeps the rows as stored; so does
     a QK-norm gain, which is per coordinate and so must move with the rows: it is
-    permuted too (``attn.q_norm.weight``).
+    permuted too (``attn.q_norm.weight``). Head counts and widths are the layer's own
+    attention's (Gemma 4's global layers are wider than its sliding ones).
     """
     if not name.endswith(("attn.q_proj.weight", "attn.q_proj.bias", "attn.k_proj.weight", "attn.k_proj.bias",
                           "attn.q_norm.weight", "attn.k_norm.weight")):
         return t
-    spec = cfg.plan[int(name.split(".")[1])]
+    index = int(name.split(".")[1])
+    spec = model.config.plan[index]
     pairing = spec.position_options.get("pairing")
     if pairing is None or pairing == source_pairing:
         return t
+    attn = model.layers[index].attn
     norm = name.endswith("_norm.weight")
-    heads = 1 if norm else cfg.num_heads if ".q_proj." in name else cfg.kv_heads
+    heads = 1 if norm else attn.num_heads if ".q_proj." in name else attn.num_kv_heads
     rows = t if t.dim() == 2 else t[:, None]  # a bias (or a QK-norm gain) is one column of rows
-    out = convert_qk_weight(rows, num_heads=heads, head_dim=cfg.attention_head_dim, source=source_pairing,
+    out = convert_qk_weight(rows, num_heads=heads, head_dim=attn.head_dim, source=source_pairing,
                             target=pairing, rotary_dim=spec.position_options.get("rotary_dim"))
     return out if t.dim() == 2 else out[:, 0]
 
@@ -126,7 +129,7 @@ def load_llama_weights(model: LlamaLM, tensors: Iterable[tuple[str, Tensor]], *,
                                       f"implies {want}; config.json and the weights disagree — use the files of one "
                                       "model")
             check_finite(hf_name, tensor, source=source, dtype=dtype)  # NaN/inf weights named here, not as nan output
-            tensor = _to_pairing(name, tensor.to(dtype), cfg, source_pairing).to(device)
+            tensor = _to_pairing(name, tensor.to(dtype), model, source_pairing).to(device)
             module_name, _, attr = name.rpartition(".")
             setattr(model.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
             filled.add(name)

@@ -364,3 +364,8 @@ def hf_from_gguf(path: Path):
     """transformers' own GGUF loader on ``path`` (the reference for the tensors posenc reads)."""
     return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                              dtype=torch.float32).eval()
+
+
+def hf_gguf_tokenizer_of(path: Path):
+    """transformers' GGUF tokenizer for ``path``."""
+    return transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

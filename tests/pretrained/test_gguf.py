@@ -129,7 +129,8 @@ def test_truncated_file(tmp_path: Path, tok, model) -> None:
 
 def test_unsupported_arch(tmp_path: Path, tok, model) -> None:
     path = write_gguf(tmp_path / "m.gguf", model, tokenizer_fields(tok), arch="falcon")
-    with pytest.raises(GGUFError, match=r"m\.gguf: architecture 'falcon' is not supported.*\['llama'\]"):
+    with pytest.raises(GGUFError, match=r"m\.gguf: architecture 'falcon' is not supported.*"
+                                        r"\['gemma3', 'llama', 'qwen2', 'qwen3'\]"):
         read_gguf(path)
 
 
@@ -162,7 +163,9 @@ def test_missing_metadata_key(tmp_path: Path, tok, model) -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"tokenizer_model": "llama"}, r"tokenizer\.ggml\.model = 'llama' is not supported"),
+    ({"tokenizer_model": "t5"}, r"tokenizer\.ggml\.model = 't5' is not supported.*'gpt2'.*'llama'"),
+    # a SentencePiece vocabulary must carry scores (this file has merges only)
+    ({"tokenizer_model": "llama"}, r"SentencePiece vocabulary .* needs one tokenizer\.ggml\.scores"),
     ({"pre": "deepseek-coder"}, r"tokenizer\.ggml\.pre = 'deepseek-coder' is a pre-tokenizer posenc does not build"),
 ])
 def test_unsupported_tokenizer(tmp_path: Path, tok, model, kwargs, message) -> None:
@@ -171,22 +174,33 @@ def test_unsupported_tokenizer(tmp_path: Path, tok, model, kwargs, message) -> N
         read_gguf(path)
 
 
-@pytest.mark.parametrize("case", ["qwen2-arch", "sentencepiece", "rope_freqs", "partial-rotary"])
-def test_refusals_the_readme_names(tmp_path: Path, tok, model, case: str) -> None:
-    """What README and the module docs say GGUF refuses: Qwen2-architecture files, SentencePiece
-    tokenizers (Llama 2, TinyLlama, Mistral v0.1–v0.3), Llama 3.1-style ``rope_freqs``, partial rotary."""
+@pytest.mark.parametrize("case", ["qwen2-without-biases", "rope_freqs-not-llama3", "partial-rotary"])
+def test_refusals_named(tmp_path: Path, tok, model, case: str) -> None:
+    """What GGUF still refuses, each by name: a qwen2 file without its q/k/v biases, ``rope_freqs`` factors
+    outside Llama 3's bands, partial rotary under the llama architecture (the permutation spans the head)."""
     head_dim = model.config.hidden_size // model.config.num_attention_heads
+    wild = np.random.default_rng(0).uniform(1.0, 3.0, head_dim // 2).astype(np.float32)
     kwargs, message = {
-        "qwen2-arch": ({"arch": "qwen2"}, r"architecture 'qwen2' is not supported"),
-        "sentencepiece": ({"tokenizer_model": "llama"}, r"tokenizer\.ggml\.model = 'llama' is not supported"),
-        "rope_freqs": ({"extra": {"rope_freqs.weight": np.ones(head_dim // 2, dtype=np.float32)}},
-                       r"tensor 'rope_freqs\.weight' \(llama 3 style RoPE frequency factors"),
+        "qwen2-without-biases": ({"arch": "qwen2", "layout": "llama"},
+                                 r"tensor\(s\) missing.*self_attn\.q_proj\.bias.*blk\.0\.attn_q\.bias"),
+        "rope_freqs-not-llama3": ({"extra": {"rope_freqs.weight": wild}},
+                                  r"tensor 'rope_freqs\.weight' \(llama 3 style RoPE frequency factors\).*"
+                                  r"(do not follow Llama 3's wavelength bands|band edges cannot be recovered)"),
         "partial-rotary": ({"meta": {"llama.rope.dimension_count": head_dim // 2}},
-                           r"rope\.dimension_count = \d+ but the head width is \d+; partial rotary"),
+                           r"rope\.dimension_count = \d+ but the head width is \d+; partial rotary llama files.*"
+                           r"permutes the rows of the whole head"),
     }[case]
     path = write_gguf(tmp_path / "m.gguf", model, tokenizer_fields(tok), **kwargs)
     with pytest.raises(GGUFError, match=message):
         read_gguf(path)
+
+
+def test_rope_freqs_of_ones_is_plain_rope(tmp_path: Path, tok, model) -> None:
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    path = write_gguf(tmp_path / "m.gguf", model, tokenizer_fields(tok),
+                      extra={"rope_freqs.weight": np.ones(head_dim // 2, dtype=np.float32)})
+    ck = read_gguf(path)
+    assert "rope_scaling" not in ck.hf_config and "rope_freqs.weight" not in ck.tensors
 
 
 @pytest.mark.parametrize(("meta", "expected"), [

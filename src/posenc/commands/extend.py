@@ -54,7 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="long document for loss by position (repeatable; default: bible and licenses). bible = "
                         "World English Bible (Debian sword-text-web), licenses = /usr/share/common-licenses texts")
     p.add_argument("--methods", type=_csv(str, "--methods"), default=list(METHODS),
-                   help=f"comma-separated methods (default all: {','.join(METHODS)})")
+                   help=f"comma-separated methods (default all: {','.join(METHODS)}). On a model with a layer plan "
+                        "(Gemma 3) a method replaces the RoPE of the global (full-attention) layers only, as "
+                        "Gemma 3's larger sizes scale only those; sliding layers keep theirs")
     p.add_argument("--factors", type=_csv(float, "--factors"), default=[2.0],
                    help="extension factors for the scaled methods (default 2)")
     p.add_argument("--lengths", type=_csv(int, "--lengths", above=1), default=None,

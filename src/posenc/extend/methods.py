@@ -22,6 +22,13 @@ Methods (the registered schemes of ``posenc.positions.rotary_scaling``):
 scheme's neutral default ramp is not LongRoPE's result, and measuring it would
 attribute a stand-in to the method.
 
+Models with a layer plan (Gemma 3: sliding layers at base 10⁴, global layers
+at 10⁶) get the method on their **global (full-attention) RoPE layers only**
+by default (``layers="global"``), as Gemma 3's own larger sizes scale only
+their global layers (linear ×8) — a sliding layer never sees a distance past
+its window, so there is nothing there to extend. ``layers="all"`` scales every
+plain-RoPE layer. Layers without RoPE (NoPE, bias schemes) are kept as they are.
+
 Dynamic NTK uses the scheme's default per-position frequencies: position p
 is rotated as if the sequence were p + 1 tokens long, which is what a model
 decoding token by token with HF's dynamic scaling and a KV cache sees.
@@ -44,6 +51,8 @@ LEFT_OUT = {"rope-longrope": "needs per-pair factors found by a search against t
 
 #: options of a plain RoPE that every scaled variant keeps from the checkpoint
 ROPE_KEYS = ("base", "pairing", "rotary_dim")
+#: which layers of a layer plan a method replaces: the full-attention RoPE layers, or every RoPE layer
+LAYER_CHOICES = ("global", "all")
 
 
 def canonical_name(name: str) -> str:
@@ -98,11 +107,39 @@ def checkpoint_rope_options(config: Any) -> dict[str, Any]:
     return {k: v for k, v in dict(config.position_options).items() if k in ROPE_KEYS}
 
 
-def variant_config(config: Any, method: str, *, factor: float | None, original_max_len: int) -> Any:
-    """``config`` with only ``position`` and ``position_options`` replaced for ``method``."""
-    options = {**checkpoint_rope_options(config),
-               **method_options(method, factor=factor, original_max_len=original_max_len)}
-    return dataclasses.replace(config, position=method, position_options=options)
+def variant_config(config: Any, method: str, *, factor: float | None, original_max_len: int,
+                   layers: str = "global") -> Any:
+    """``config`` with only the position scheme replaced for ``method``.
+
+    Without a layer plan: ``position`` and ``position_options``. With one: the scheme of each
+    full-attention plain-RoPE layer (``layers="global"``, the default) or of every plain-RoPE
+    layer (``layers="all"``), each keeping its own base, pairing and rotary width.
+
+    Raises:
+        ValueError: an unknown ``layers``; a checkpoint (or a selected layer) not on plain RoPE; a plan
+            with no layer to scale.
+    """
+    if layers not in LAYER_CHOICES:
+        raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}")
+    extra = method_options(method, factor=factor, original_max_len=original_max_len)
+    if getattr(config, "layer_plan", None) is None:
+        return dataclasses.replace(config, position=method, position_options={**checkpoint_rope_options(config),
+                                                                              **extra})
+    plan, chosen = [], 0
+    for i, spec in enumerate(config.plan):
+        rotary = positions.lookup(spec.position).family == "rotary"
+        if rotary and (layers == "all" or spec.window.kind == "full"):
+            if canonical_name(spec.position) != PLAIN:
+                raise ValueError(f"layer {i} uses position={spec.position!r}; context extension starts from plain "
+                                 f"'{PLAIN}' (a layer already scaled would get two schemes at once)")
+            kept = {k: v for k, v in dict(spec.position_options).items() if k in ROPE_KEYS}
+            spec = dataclasses.replace(spec, position=method, position_options={**kept, **extra})
+            chosen += 1
+        plan.append(spec.to_dict())
+    if not chosen:
+        raise ValueError(f"the layer plan has no {'full-attention ' if layers == 'global' else ''}RoPE layer for "
+                         f"{method!r} to scale" + (" (try layers='all')" if layers == "global" else ""))
+    return dataclasses.replace(config, layer_plan=plan)
 
 
 def default_builder(model: nn.Module) -> Callable[[Any], nn.Module]:
@@ -117,18 +154,19 @@ def default_builder(model: nn.Module) -> Callable[[Any], nn.Module]:
 
 
 def build_variant(model: nn.Module, method: str, *, factor: float | None, original_max_len: int,
-                  builder: Callable[[Any], nn.Module] | None = None) -> nn.Module:
+                  builder: Callable[[Any], nn.Module] | None = None, layers: str = "global") -> nn.Module:
     """A new model: ``model``'s config with ``method``'s scheme, loaded with ``model``'s exact weights.
 
     Args:
         model: the checkpoint (a ``LlamaLM`` or any posenc model with a ``config`` dataclass).
         builder: config → model; default ``default_builder(model)`` (``build_llama``, ``build_decoder_only``).
+        layers: for a layer plan, which RoPE layers get the method (``variant_config``).
     Returns:
         The variant, in eval mode, on ``model``'s device and dtype. For ``rope`` it is ``model`` itself.
     """
     if method == PLAIN:
         return model
-    config = variant_config(model.config, method, factor=factor, original_max_len=original_max_len)
+    config = variant_config(model.config, method, factor=factor, original_max_len=original_max_len, layers=layers)
     first = next(model.parameters())
     variant = (builder or default_builder(model))(config).to(device=first.device, dtype=first.dtype)
     variant.load_state_dict(model.state_dict(), strict=True)

@@ -13,43 +13,45 @@ one GGML type: float (F32, F16, BF16) or block-quantised (Q8_0, Q4_1, Q4_K,
 (``GGUFReader``, memory-mapped) and dequantised with that package's numpy
 dequantisers, one tensor at a time. Nothing is unpickled.
 
-Three things differ from a Hugging Face checkpoint and are undone here:
+What differs from a Hugging Face checkpoint is undone here:
 
 - names: ``blk.N.attn_q.weight`` → ``model.layers.N.self_attn.q_proj.weight``
-  and so on (:data:`LAYER_NAMES`);
+  and so on, per architecture (``posenc.formats.gguf_arch``);
 - shapes: GGUF lists dimensions fastest-first (``[in, out]``); the numpy view
   the reader gives is already ``(out, in)``, the ``nn.Linear`` layout;
-- q/k row order: llama.cpp's converter (``convert_hf_to_gguf.py``,
-  ``LlamaModel.permute``) reorders each head's q and k projection rows from
-  HF's half pairing (rotate coordinate i with i + d/2) into the interleaved
-  pairing its kernels use (rotate 2i with 2i + 1). :func:`read_gguf` undoes it
-  by default (``pairing="half"``, the rows exactly as HF stores them); with
-  ``keep_interleaved=True`` the rows stay as stored and a model must rotate
-  with posenc's interleaved pairing — both compute the same attention scores.
+- q/k row order (``llama`` architecture only): llama.cpp's converter
+  (``convert_hf_to_gguf.py``, ``LlamaModel.permute``) reorders each head's q
+  and k projection rows from HF's half pairing (rotate coordinate i with
+  i + d/2) into the interleaved pairing its kernels use (rotate 2i with
+  2i + 1). :func:`read_gguf` undoes it by default (``pairing="half"``, the rows
+  exactly as HF stores them); with ``keep_interleaved=True`` the rows stay as
+  stored and a model must rotate with posenc's interleaved pairing — both
+  compute the same attention scores. qwen2, qwen3 and gemma3 rows are stored
+  as HF's and run by llama.cpp's NeoX-mode (half-pairing) kernel;
+- Gemma's norm gains, stored as 1 + w;
+- Llama 3.1's ``rope_freqs`` tensor, read back into a llama3-type ``rope_scaling``.
 
-What loads: ``general.architecture == "llama"`` with full rotary, RoPE
-scaling none / linear / yarn, the tensors of the llama layout (no biases) in
-one of :data:`SUPPORTED_TYPES`, and a byte-level BPE tokenizer
-(``tokenizer.ggml.model == "gpt2"``) whose ``tokenizer.ggml.pre`` is one of
-``posenc.formats.gguf_tokenizer.PRE_TOKENIZERS``. In practice: SmolLM /
-SmolLM2 files (checked against HF on the real SmolLM2-135M-Instruct Q4_1), and
-Llama 3.0-style files (pre ``llama-bpe``; not tried on a real file).
+What loads (``general.architecture``; tensors in one of :data:`SUPPORTED_TYPES`):
 
-Refused, each with an error naming the file and the key or tensor:
+- ``llama`` with full rotary and RoPE scaling none / linear / yarn / ``rope_freqs``
+  (llama3): SmolLM / SmolLM2 (checked against HF on the real SmolLM2-135M-Instruct
+  Q4_1), Llama 2 / 3 / 3.1 / 3.2, TinyLlama, Mistral v0.1–v0.3 (the SentencePiece
+  ones through ``gguf_tokenizer``'s SPM builder; not tried on real files);
+- ``qwen2`` (q/k/v biases), ``qwen3`` (QK-norm), with partial rotary where a file has it;
+- ``gemma3`` (text): Gemma 3 270M–27B, checked against HF on the real Gemma 3 270M Q4_K_M.
 
-- other architectures, e.g. ``qwen2`` (every Qwen2 GGUF);
-- SentencePiece tokenizers (``tokenizer.ggml.model == "llama"``): Llama 2,
-  TinyLlama and Mistral 7B v0.1–v0.3 files, although written under the
-  ``llama`` architecture; likewise a pre-tokenizer not in the list (e.g.
-  Mistral's ``tekken``);
-- a ``rope_freqs.weight`` tensor (Llama 3.1 / 3.2's llama3-type RoPE
-  frequency factors);
-- partial rotary (``llama.rope.dimension_count`` below the head width);
-- RoPE scaling types other than linear and yarn, and other GGML types.
+Tokenizers: byte-level BPE (``tokenizer.ggml.model == "gpt2"``) with a
+``tokenizer.ggml.pre`` of ``posenc.formats.gguf_tokenizer.PRE_TOKENIZERS``, and
+SentencePiece (``"llama"``: Gemma, Llama 2, TinyLlama, Mistral v0.1–v0.3).
 
-The models refused here load from their HF folders (``posenc.pretrained.hf``:
-model types llama, mistral, qwen2; any ``tokenizer.json``; partial rotary;
-RoPE types default, linear, dynamic, yarn, llama3, longrope).
+Refused, each with an error naming the file and the key or tensor: other
+architectures; a pre-tokenizer not in the list (e.g. Mistral's ``tekken``);
+partial rotary under ``llama`` (the converter's permutation spans the whole
+head, see ``gguf_arch``); ``rope_freqs`` factors that do not follow Llama 3's
+bands; RoPE scaling types other than linear and yarn; other GGML types; llama
+tensors with biases.
+
+The models refused here load from their HF folders (``posenc.pretrained.hf``).
 """
 
 from __future__ import annotations
@@ -65,11 +67,12 @@ import torch
 from torch import Tensor
 
 from posenc.formats.gguf_header import check_header
+from posenc.formats.gguf_arch import ARCHS, ROPE_FREQS, arch_named, arch_of, layer_shapes, llama3_scaling_from_factors
 from posenc.formats.safetensors import Checkpoint, CheckpointError, TensorEntry
 from posenc.positions.rotary import convert_qk_weight
 
-#: Architectures (``general.architecture``) read by :func:`read_gguf`.
-SUPPORTED_ARCHS = ("llama",)
+#: Architectures (``general.architecture``) read by :func:`read_gguf` (``posenc.formats.gguf_arch``).
+SUPPORTED_ARCHS = tuple(sorted(ARCHS))
 #: GGML tensor types dequantised (with the ``gguf`` package's own numpy dequantisers).
 SUPPORTED_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1",
                    "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
@@ -79,18 +82,8 @@ TOP_NAMES = {
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
-#: ``blk.N.<key>`` → ``model.layers.N.<value>``.
-LAYER_NAMES = {
-    "attn_norm.weight": "input_layernorm.weight",
-    "attn_q.weight": "self_attn.q_proj.weight",
-    "attn_k.weight": "self_attn.k_proj.weight",
-    "attn_v.weight": "self_attn.v_proj.weight",
-    "attn_output.weight": "self_attn.o_proj.weight",
-    "ffn_norm.weight": "post_attention_layernorm.weight",
-    "ffn_gate.weight": "mlp.gate_proj.weight",
-    "ffn_up.weight": "mlp.up_proj.weight",
-    "ffn_down.weight": "mlp.down_proj.weight",
-}
+#: ``blk.N.<key>`` → ``model.layers.N.<value>`` for the ``llama`` architecture (the others: ``gguf_arch.ARCHS``).
+LAYER_NAMES = ARCHS["llama"].layer_names
 #: Values dequantised per call (a large table is decoded in row chunks of about this size).
 DEQUANT_CHUNK = 1 << 20
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
@@ -140,6 +133,53 @@ def _gguf():
     return gguf
 
 
+def _reader_class():
+    """``gguf.GGUFReader`` reading metadata arrays in one piece.
+
+    The package's reader parses every element of an array as its own memory-mapped
+    view; a 262,144-piece vocabulary (Gemma 3) is then three arrays of 262,144 — about
+    a minute and a half to open on a loaded machine. This subclass maps an array of
+    numbers as one view and walks an array of strings in a flat loop; the fields it
+    builds read the same through ``ReaderField.contents()`` (tests/pretrained/test_gguf_arch.py).
+    Files of the other byte order take the package's own path.
+    """
+    gguf = _gguf()
+    global _FAST_READER
+    if _FAST_READER is not None:
+        return _FAST_READER
+
+    class Reader(gguf.GGUFReader):
+        def _get_field_parts(self, orig_offs, raw_type):
+            kind = gguf.GGUFValueType(raw_type)
+            if kind != gguf.GGUFValueType.ARRAY or self.byte_order != "I":
+                return super()._get_field_parts(orig_offs, raw_type)
+            item_type = self._get(orig_offs, np.uint32)
+            count = self._get(orig_offs + 4, np.uint64)
+            offs, item, n = orig_offs + 12, gguf.GGUFValueType(int(item_type[0])), int(count[0])
+            numeric = self.gguf_scalar_to_np.get(item)
+            if numeric is not None:
+                values = self._get(offs, numeric, n)
+                if len(values) != n:
+                    raise ValueError(f"array of {n} values runs past the end of the file")
+                return 12 + int(values.nbytes), [item_type, count, values], [2] if n else [], [kind, item]
+            if item != gguf.GGUFValueType.STRING:
+                return super()._get_field_parts(orig_offs, raw_type)
+            parts, data, raw = [item_type, count], [], self.data
+            for _ in range(n):  # (u64 length, bytes) pairs, as the package stores them
+                length = raw[offs:offs + 8].view(np.uint64)
+                size = int(length[0])
+                parts += [length, raw[offs + 8:offs + 8 + size]]
+                data.append(len(parts) - 1)
+                offs += 8 + size
+            return offs - orig_offs, parts, data, [kind, item]
+
+    _FAST_READER = Reader
+    return Reader
+
+
+_FAST_READER = None
+
+
 def open_gguf(path: str | Path):
     """A memory-mapped ``gguf.GGUFReader`` over ``path``, with a clear error for a file that is not one.
 
@@ -156,7 +196,7 @@ def open_gguf(path: str | Path):
         raise GGUFError(f"{path}: not a GGUF file (it starts with {magic!r}, a GGUF file starts with b'GGUF'). "
                         "Point posenc at a .gguf file written by llama.cpp or the gguf package")
     check_header(path)  # every count, length and shape bounded by the file and the memory budget first
-    reader_cls = _gguf().GGUFReader
+    reader_cls = _reader_class()
     try:
         reader = reader_cls(str(path), "r")
     except (ValueError, IndexError, KeyError, OSError, UnicodeDecodeError, OverflowError) as err:
@@ -218,30 +258,33 @@ def _float32(value: float) -> float:
     return float(repr(np.float32(value)).removeprefix("np.float32(").removesuffix(")"))
 
 
-def config_from_metadata(meta: dict[str, Any], path: Path, *, vocab_size: int | None = None) -> dict[str, Any]:
-    """The HF ``config.json`` dict of a llama-architecture GGUF file."""
-    arch = _need(meta, "general.architecture", path)
-    if arch not in SUPPORTED_ARCHS:
-        raise GGUFError(f"{path}: architecture {arch!r} is not supported; posenc reads GGUF architectures "
-                        f"{list(SUPPORTED_ARCHS)} (the name llama.cpp writes Llama, Mistral, SmolLM files under). "
-                        "Use the model's HF safetensors folder instead if posenc supports its model_type")
-    key = lambda name: _need(meta, f"{arch}.{name}", path)  # noqa: E731
+def config_from_metadata(meta: dict[str, Any], path: Path, *, vocab_size: int | None = None,
+                         rope_freqs: np.ndarray | None = None) -> dict[str, Any]:
+    """The HF ``config.json`` dict of a GGUF file of any architecture in :data:`SUPPORTED_ARCHS`.
+
+    Args:
+        rope_freqs: the file's ``rope_freqs.weight`` (Llama 3.1's per-pair RoPE factors), if it has one.
+    """
+    arch = arch_named(_need(meta, "general.architecture", path), path)
+    key = lambda name: _need(meta, f"{arch.name}.{name}", path)  # noqa: E731
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
-    kv_heads = int(meta.get(f"{arch}.attention.head_count_kv", heads))
-    head_dim = int(meta.get(f"{arch}.attention.key_length", hidden // heads))
-    rope_dim = int(meta.get(f"{arch}.rope.dimension_count", head_dim))
-    if rope_dim != head_dim:
-        raise GGUFError(f"{path}: {arch}.rope.dimension_count = {rope_dim} but the head width is {head_dim}; partial "
-                        "rotary llama files are not supported (llama.cpp permutes the whole head)")
-    vocab = meta.get(f"{arch}.vocab_size", vocab_size)
+    kv_heads = int(meta.get(f"{arch.name}.attention.head_count_kv", heads))
+    head_dim = int(meta.get(f"{arch.name}.attention.key_length", hidden // heads))
+    rope_dim = int(meta.get(f"{arch.name}.rope.dimension_count", head_dim))
+    if rope_dim != head_dim and not arch.partial_rotary:
+        raise GGUFError(f"{path}: {arch.name}.rope.dimension_count = {rope_dim} but the head width is {head_dim}; "
+                        "partial rotary llama files are not supported: llama.cpp's converter permutes the rows of "
+                        "the whole head while its kernel rotates only the first rope.dimension_count channels, so "
+                        "the stored rows do not compute the HF model. Load the model's HF folder instead")
+    vocab = meta.get(f"{arch.name}.vocab_size", vocab_size)
     if vocab is None:
         tokens = meta.get("tokenizer.ggml.tokens")
         vocab = len(tokens) if tokens is not None else None
     if vocab is None:
-        raise GGUFError(f"{path}: neither {arch}.vocab_size nor a tokenizer vocabulary gives the vocabulary size")
+        raise GGUFError(f"{path}: neither {arch.name}.vocab_size nor a tokenizer vocabulary gives the vocabulary size")
     config: dict[str, Any] = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
+        "model_type": arch.model_type,
+        "architectures": [arch.hf_class],
         "hidden_size": hidden,
         "intermediate_size": int(key("feed_forward_length")),
         "num_hidden_layers": int(key("block_count")),
@@ -249,16 +292,24 @@ def config_from_metadata(meta: dict[str, Any], path: Path, *, vocab_size: int | 
         "num_key_value_heads": kv_heads,
         "head_dim": head_dim,
         "rms_norm_eps": _float32(key("attention.layer_norm_rms_epsilon")),
-        "rope_theta": _float32(meta.get(f"{arch}.rope.freq_base", 10000.0)),  # llama.cpp's default when absent
+        "rope_theta": _float32(meta.get(f"{arch.name}.rope.freq_base", 10000.0)),  # llama.cpp's default when absent
         "max_position_embeddings": int(key("context_length")),
         "vocab_size": int(vocab),
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
     }
-    scaling = _rope_scaling(meta, arch, path)
+    if rope_dim != head_dim:
+        config["partial_rotary_factor"] = rope_dim / head_dim
+    scaling = _rope_scaling(meta, arch.name, path)
+    if rope_freqs is not None:
+        from_factors = llama3_scaling_from_factors(rope_freqs, base=config["rope_theta"], rotary_dim=rope_dim,
+                                                   path=path)
+        if from_factors is not None and scaling is not None:
+            raise GGUFError(f"{path}: the file states RoPE scaling twice ({arch.name}.rope.scaling.type = "
+                            f"{scaling['rope_type']!r} and a {ROPE_FREQS!r} tensor); the file is inconsistent. "
+                            "Re-convert it")
+        scaling = from_factors or scaling
     if scaling is not None:
         config["rope_scaling"] = scaling
+    config.update(arch.settings(meta, path, config))
     for gguf_key, hf_key in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
                              ("padding_token_id", "pad_token_id")):
         if f"tokenizer.ggml.{gguf_key}" in meta:
@@ -266,29 +317,43 @@ def config_from_metadata(meta: dict[str, Any], path: Path, *, vocab_size: int | 
     return config
 
 
-def hf_name(gguf_name: str) -> str | None:
-    """The HF name of a GGUF tensor name, or None for a name outside the llama layout."""
+def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
+    """The HF name of a GGUF tensor name in architecture ``arch``, or None for a name outside its layout."""
     if gguf_name in TOP_NAMES:
         return TOP_NAMES[gguf_name]
     m = _BLOCK.match(gguf_name)
-    if m and m.group(2) in LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{LAYER_NAMES[m.group(2)]}"
+    names = ARCHS[arch].layer_names
+    if m and m.group(2) in names:
+        return f"model.layers.{m.group(1)}.{names[m.group(2)]}"
     return None
 
 
 def expected_shapes(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
-    """HF name → shape of every tensor a llama checkpoint with this config holds (head included)."""
-    d, inter, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
-    q, kv = config["num_attention_heads"] * config["head_dim"], config["num_key_value_heads"] * config["head_dim"]
+    """HF name → shape of every tensor a checkpoint with this config holds (head included).
+
+    Biases are listed for the architectures that have them (``qwen2``); :func:`index_tensors`
+    requires every listed tensor but the head.
+    """
+    d, v = config["hidden_size"], config["vocab_size"]
     shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (v, d), "model.norm.weight": (d,),
                                           "lm_head.weight": (v, d)}
-    per_layer = {"input_layernorm.weight": (d,), "self_attn.q_proj.weight": (q, d), "self_attn.k_proj.weight": (kv, d),
-                 "self_attn.v_proj.weight": (kv, d), "self_attn.o_proj.weight": (d, q),
-                 "post_attention_layernorm.weight": (d,), "mlp.gate_proj.weight": (inter, d),
-                 "mlp.up_proj.weight": (inter, d), "mlp.down_proj.weight": (d, inter)}
+    per_layer = layer_shapes(config)
     for i in range(config["num_hidden_layers"]):
         shapes.update({f"model.layers.{i}.{k}": s for k, s in per_layer.items()})
     return shapes
+
+
+def rope_freqs_of(reader, path: Path) -> np.ndarray | None:
+    """The ``rope_freqs.weight`` tensor (Llama 3.1's per-pair RoPE factors) as float64, or None."""
+    for t in reader.tensors:
+        if t.name == ROPE_FREQS:
+            return dequantize(t, path).astype(np.float64).reshape(-1)
+    return None
+
+
+def config_of(reader, meta: dict[str, Any], path: Path) -> dict[str, Any]:
+    """:func:`config_from_metadata` with the file's ``rope_freqs`` tensor, if any."""
+    return config_from_metadata(meta, path, rope_freqs=rope_freqs_of(reader, path))
 
 
 # -- tensors --------------------------------------------------------------------------------------------------------
@@ -322,19 +387,22 @@ def dequantize(t, path: Path) -> np.ndarray:
 def index_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, Any]:
     """HF name → reader tensor, after checking every name and shape against ``config`` (nothing is read).
 
+    ``rope_freqs.weight`` is not listed: :func:`config_of` has read it into ``rope_scaling``.
+
     Raises:
-        GGUFError: a tensor outside the llama layout, a shape the metadata contradicts, or missing tensors.
+        GGUFError: a tensor outside the architecture's layout, a shape the metadata contradicts, or missing tensors.
     """
+    arch = arch_of(config)
     want = expected_shapes(config)
     found: dict[str, Any] = {}
     for t in reader.tensors:
-        name = hf_name(t.name)
+        if t.name == ROPE_FREQS and arch.name == "llama":
+            continue
+        name = hf_name(t.name, arch.name)
         if name is None:
-            hint = (" (llama 3 style RoPE frequency factors, which posenc does not read yet)"
-                    if t.name == "rope_freqs.weight" else "")
-            raise GGUFError(f"{path}: tensor {t.name!r}{hint} is not part of the llama layout posenc reads; "
-                            "expected token_embd, blk.N.{attn_norm,attn_q,attn_k,attn_v,attn_output,ffn_norm,"
-                            "ffn_gate,ffn_up,ffn_down}, output_norm and (optionally) output")
+            expected = ", ".join(k.removesuffix(".weight") for k in arch.layer_names)
+            raise GGUFError(f"{path}: tensor {t.name!r} is not part of the {arch.name} layout posenc reads; "
+                            f"expected token_embd, blk.N.{{{expected}}}, output_norm and (optionally) output")
         if name not in want:
             raise GGUFError(f"{path}: tensor {t.name!r} is beyond the {config['num_hidden_layers']} blocks the "
                             "metadata declares; the file is inconsistent. Re-convert it")
@@ -345,20 +413,34 @@ def index_tensors(reader, path: Path, config: dict[str, Any]) -> dict[str, Any]:
     missing = [n for n in want if n not in found and n != "lm_head.weight"]
     if missing:
         raise GGUFError(f"{path}: {len(missing)} tensor(s) missing, e.g. {missing[:3]} (GGUF names: "
-                        f"{[_gguf_name(n) for n in missing[:3]]}); the file is incomplete. Download it again")
+                        f"{[_gguf_name(n, arch.name) for n in missing[:3]]}); the file is incomplete. Download it "
+                        "again")
     return found
 
 
 def load_tensor(t, name: str, config: dict[str, Any], path: Path, *, keep_interleaved: bool = False) -> Tensor:
-    """One tensor dequantised to float32 in HF layout; q/k rows un-permuted unless ``keep_interleaved``."""
-    w = torch.from_numpy(dequantize(t, path))
+    """One tensor dequantised to float32 in HF layout, with the converter's changes undone.
+
+    q/k rows of the ``llama`` architecture are un-permuted unless ``keep_interleaved``; Gemma's
+    norm gains, stored as 1 + w, become w again (in float32, as HF's loader does).
+    """
+    arch = arch_of(config)
+    data = dequantize(t, path)
+    if arch.norm_shift and name.endswith("norm.weight"):
+        data = data - np.float32(arch.norm_shift)
+    w = torch.from_numpy(data)
     heads = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
     proj = name.split(".")[-2]
-    if proj in heads and not keep_interleaved:
+    if arch.permuted_qk and proj in heads and not keep_interleaved:
         # llama.cpp stored each head's rows as (d/2, 2) pairs; HF stores them as (2, d/2) halves
         w = convert_qk_weight(w, num_heads=heads[proj], head_dim=config["head_dim"],
                               source="interleaved", target="half")
     return w
+
+
+def stored_pairing(config: dict[str, Any], *, keep_interleaved: bool) -> str:
+    """The RoPE pairing of the q/k rows :func:`load_tensor` returns: "interleaved" only for llama rows kept as stored."""
+    return "interleaved" if keep_interleaved and arch_of(config).permuted_qk else "half"
 
 
 def iter_tensors(reader, path: Path, config: dict[str, Any], *, keep_interleaved: bool = False,
@@ -371,23 +453,24 @@ def iter_tensors(reader, path: Path, config: dict[str, Any], *, keep_interleaved
         yield name, type_name(t), load_tensor(t, name, config, path, keep_interleaved=keep_interleaved).to(dtype)
 
 
-def _gguf_name(name: str) -> str:
+def _gguf_name(name: str, arch: str = "llama") -> str:
     for g, h in TOP_NAMES.items():
         if h == name:
             return g
     layer, rest = name.removeprefix("model.layers.").split(".", 1)
-    return f"blk.{layer}." + {v: k for k, v in LAYER_NAMES.items()}[rest]
+    return f"blk.{layer}." + {v: k for k, v in ARCHS[arch].layer_names.items()}[rest]
 
 
 # -- reading a whole file ------------------------------------------------------------------------------------------
 def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
               dtype: torch.dtype = torch.float32) -> GGUFCheckpoint:
-    """Read a llama-architecture GGUF file: config, dequantised tensors (HF names and layout) and tokenizer.
+    """Read a GGUF file: config, dequantised tensors (HF names and layout) and tokenizer.
 
     Args:
-        path: the ``.gguf`` file.
-        keep_interleaved: keep q/k projection rows in llama.cpp's interleaved-pair order
-            (run the model with ``pairing="interleaved"``); default: un-permute them to HF's half layout.
+        path: the ``.gguf`` file (an architecture of :data:`SUPPORTED_ARCHS`).
+        keep_interleaved: keep the q/k projection rows of ``llama`` files in llama.cpp's interleaved-pair
+            order (``pairing`` then says "interleaved"; run the model with that pairing); default:
+            un-permute them to HF's half layout. Other architectures store HF's rows: "half" either way.
         dtype: dtype of the returned tensors (dequantisation itself is float32; each tensor is cast as read).
 
     Returns:
@@ -404,7 +487,7 @@ def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
     path = Path(path)
     reader = open_gguf(path)
     meta = read_metadata(reader)
-    config = config_from_metadata(meta, path)
+    config = config_of(reader, meta, path)
     tensors: dict[str, Tensor] = {}
     types: dict[str, str] = {}
     for name, kind, w in iter_tensors(reader, path, config, keep_interleaved=keep_interleaved, dtype=dtype):
@@ -413,7 +496,7 @@ def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
     tok = tokenizer_from_metadata(meta, path)
     get = lambda key: int(meta[key]) if key in meta else None  # noqa: E731
     return GGUFCheckpoint(
-        path=path, hf_config=config, tensors=tensors, pairing="interleaved" if keep_interleaved else "half",
+        path=path, hf_config=config, tensors=tensors, pairing=stored_pairing(config, keep_interleaved=keep_interleaved),
         tokenizer=tok, chat_template=meta.get("tokenizer.chat_template"),
         bos_id=get("tokenizer.ggml.bos_token_id"), eos_id=get("tokenizer.ggml.eos_token_id"),
         pad_id=get("tokenizer.ggml.padding_token_id"), unk_id=get("tokenizer.ggml.unknown_token_id"),
@@ -443,7 +526,7 @@ def inspect_checkpoint_of(path: str | Path) -> Checkpoint:
     path = Path(path)
     reader = open_gguf(path)
     meta = read_metadata(reader)
-    config = config_from_metadata(meta, path)
+    config = config_of(reader, meta, path)
     found = index_tensors(reader, path, config)
     config["tie_word_embeddings"] = "lm_head.weight" not in found
     entries = {name: TensorEntry(name, path, type_name(t), tensor_shape(t), (int(t.data_offset),

@@ -5,11 +5,12 @@ A GGUF file has no ``tokenizer.json``; llama.cpp stores the tokenizer as metadat
 ==============================  ==============================================================
 key                             meaning
 ==============================  ==============================================================
-``tokenizer.ggml.model``        the algorithm: "gpt2" = byte-level BPE (read here); "llama" =
-                                SentencePiece BPE (refused)
+``tokenizer.ggml.model``        the algorithm: "gpt2" = byte-level BPE; "llama" = SentencePiece
+                                (``posenc.formats.gguf_spm``)
 ``tokenizer.ggml.pre``          which pre-tokenizer split the merges were learned with
 ``tokenizer.ggml.tokens``       the vocabulary, by id, in the byte-level alphabet
-``tokenizer.ggml.merges``       BPE merges "a b", best first
+``tokenizer.ggml.merges``       BPE merges "a b", best first (gpt2)
+``tokenizer.ggml.scores``       each piece's score; SentencePiece merges by it (llama)
 ``tokenizer.ggml.token_type``   1 normal, 2 unknown, 3 control (special), 4 user-defined,
                                 5 unused, 6 byte
 ``*_token_id``, ``add_bos_token``, ``tokenizer.chat_template``
@@ -90,13 +91,13 @@ def _pre_tokenizer(pre: str, path: Path):
 
 
 def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
-    """The byte-level BPE ``tokenizers.Tokenizer`` a GGUF file's metadata describes.
+    """The ``tokenizers.Tokenizer`` a GGUF file's metadata describes: byte-level BPE or SentencePiece.
 
     Raises:
-        GGUFError: no tokenizer in the file, a tokenizer model other than "gpt2",
-            or an unknown pre-tokenizer type.
+        GGUFError: no tokenizer in the file, a tokenizer model other than "gpt2" and "llama",
+            an unknown pre-tokenizer type, or a SentencePiece vocabulary without scores.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, processors
+    from tokenizers import AddedToken
 
     from posenc.formats.gguf import GGUFError
 
@@ -104,16 +105,37 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
     if kind is None:
         raise GGUFError(f"{path}: the file holds no tokenizer (no tokenizer.ggml.model key); "
                         "use a GGUF file converted with its tokenizer")
-    if kind != "gpt2":
-        raise GGUFError(f"{path}: tokenizer.ggml.model = {kind!r} is not supported; posenc builds the 'gpt2' "
-                        "(byte-level BPE) tokenizer of GGUF files. Load the model's HF folder (with tokenizer.json) "
-                        "instead")
+    if kind not in ("gpt2", "llama"):
+        raise GGUFError(f"{path}: tokenizer.ggml.model = {kind!r} is not supported; posenc builds 'gpt2' "
+                        "(byte-level BPE) and 'llama' (SentencePiece) tokenizers of GGUF files. Load the model's HF "
+                        "folder (with tokenizer.json) instead")
     if "tokenizer.ggml.tokens" not in meta:
         raise GGUFError(f"{path}: the file holds no vocabulary (no tokenizer.ggml.tokens key); "
                         "use a GGUF file converted with its tokenizer")
     tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))
+    if kind == "gpt2":
+        tok, vocab, whole = _byte_level(meta, tokens, path)
+    else:
+        from posenc.formats.gguf_spm import spm_tokenizer
+
+        tok = spm_tokenizer(meta, tokens, types, path)
+        vocab, whole = set(tokens), lambda t: True
+    # a control token spelled outside the byte alphabet would be a llama.cpp mislabel: adding it would
+    # grow the vocabulary past the model's table, so it is skipped (HF's loader does the same)
+    tok.add_special_tokens([AddedToken(t, normalized=False, special=True)
+                            for t, k in zip(tokens, types) if k == CONTROL and whole(t)])
+    tok.add_tokens([AddedToken(t, normalized=False, special=False)
+                    for t, k in zip(tokens, types) if k == USER_DEFINED and t in vocab])
+    _add_bos_eos(tok, meta, tokens, path)
+    return tok
+
+
+def _byte_level(meta: dict[str, Any], tokens: list[str], path: Path):
+    """A byte-level BPE over the file's vocabulary and merges; (tokenizer, vocabulary, "spelled in the alphabet")."""
+    from tokenizers import Tokenizer, decoders, models
+
+    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     alphabet = _byte_alphabet()
     letters = set(alphabet.values())
     # a token spelled outside the byte alphabet (rare) is respelled byte by byte, as HF's loader does
@@ -130,28 +152,30 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
                         "download or convert it again") from None
     tok.pre_tokenizer = _pre_tokenizer(str(meta.get("tokenizer.ggml.pre", "default")), path)
     tok.decoder = decoders.ByteLevel()
-    # a control token spelled outside the byte alphabet would be a llama.cpp mislabel: adding it would
-    # grow the vocabulary past the model's table, so it is skipped (HF's loader does the same)
-    tok.add_special_tokens([AddedToken(t, normalized=False, special=True)
-                            for t, k in zip(tokens, types) if k == CONTROL and set(t) <= letters])
-    tok.add_tokens([AddedToken(t, normalized=False, special=False)
-                    for t, k in zip(tokens, types) if k == USER_DEFINED and t in vocab])
+    return tok, vocab, lambda t: set(t) <= letters
+
+
+def _add_bos_eos(tok, meta: dict[str, Any], tokens: list[str], path: Path) -> None:
+    """A post-processor adding BOS / EOS where ``tokenizer.ggml.add_{bos,eos}_token`` ask for them."""
+    from tokenizers import processors
+
+    from posenc.formats.gguf import GGUFError
+
     add_bos, add_eos = (bool(meta.get(f"tokenizer.ggml.add_{x}_token", False)) for x in ("bos", "eos"))
-    if add_bos or add_eos:
-        ids = {x: meta.get(f"tokenizer.ggml.{x}_token_id") for x in ("bos", "eos")}
-        parts, special = ["$A"], []
-        for x, on in (("bos", add_bos), ("eos", add_eos)):
-            if not on:
-                continue
-            if ids[x] is None:
-                raise GGUFError(f"{path}: tokenizer.ggml.add_{x}_token is set but tokenizer.ggml.{x}_token_id "
-                                "is missing; the file is inconsistent")
-            text = tokens[int(ids[x])]
-            parts = [text, *parts] if x == "bos" else [*parts, text]
-            special.append((text, int(ids[x])))
-        single = " ".join(parts)
-        tok.post_processor = processors.TemplateProcessing(single=single, special_tokens=special)
-    return tok
+    if not (add_bos or add_eos):
+        return
+    ids = {x: meta.get(f"tokenizer.ggml.{x}_token_id") for x in ("bos", "eos")}
+    parts, special = ["$A"], []
+    for x, on in (("bos", add_bos), ("eos", add_eos)):
+        if not on:
+            continue
+        if ids[x] is None:
+            raise GGUFError(f"{path}: tokenizer.ggml.add_{x}_token is set but tokenizer.ggml.{x}_token_id "
+                            "is missing; the file is inconsistent")
+        text = tokens[int(ids[x])]
+        parts = [text, *parts] if x == "bos" else [*parts, text]
+        special.append((text, int(ids[x])))
+    tok.post_processor = processors.TemplateProcessing(single=" ".join(parts), special_tokens=special)
 
 
 def read_tokenizer(path: str | Path):

@@ -1,0 +1,109 @@
+"""SentencePiece tokenizers of GGUF files (``tokenizer.ggml.model == "llama"``), run the way llama.cpp runs them.
+
+Gemma (262,144 pieces), Llama 2, TinyLlama and Mistral v0.1–v0.3 files store a
+SentencePiece vocabulary: pieces spelled with ``▁`` for a space, one score per
+piece, token types (``gguf_tokenizer``), and no merges. llama.cpp's
+``llm_tokenizer_spm`` (``llama-vocab.cpp``) encodes text in four steps:
+
+1. control and user-defined pieces are cut out of the text whole;
+2. in each remaining fragment a space is put first when
+   ``tokenizer.ggml.add_space_prefix`` is on (llama.cpp's default when the key
+   is absent; Gemma's files say false) and the fragment is the first or follows
+   a cut-out piece; then every space becomes ``▁``;
+3. the fragment starts as its UTF-8 characters, and the adjacent pair whose
+   concatenation is the highest-scoring piece merges, again and again (ties:
+   the leftmost pair);
+4. a symbol that is not a piece falls back to its UTF-8 bytes, ``<0xXX>``.
+
+Built here as a ``tokenizers.Tokenizer``: step 3 is a BPE model whose merges
+are every way of cutting a piece into two pieces, ranked by the whole piece's
+score (the file's order breaks ties) — at every step the pair BPE merges is the
+one llama.cpp merges, because a pair's rank is the score of what it makes;
+step 4 is BPE's ``byte_fallback``; step 2 is a ``Prepend("▁")`` + ``Replace``
+normalizer, which ``tokenizers`` applies to each fragment between added
+tokens, as llama.cpp prefixes each fragment; step 1 is the added tokens.
+Control, user-defined and byte pieces are never the result of a merge (they
+enter whole, or by fallback).
+
+Where Hugging Face's GGUF loader (transformers 5.24) differs, and why:
+
+- **The space prefix** (files with ``add_space_prefix``, e.g. Llama 2):
+  llama.cpp prefixes every fragment that follows a control or user-defined
+  piece, and always adds its space, as SentencePiece's ``add_dummy_prefix``
+  does; HF's ``LlamaTokenizer`` (``Metaspace``, prepend scheme "first")
+  prefixes only the start of the text, and not where the text already starts
+  with a space. ``"a<|user|>b"``: llama.cpp ``▁b`` at the end, HF ``b``;
+  ``" "``: llama.cpp ``▁ ▁``, HF ``▁``. posenc follows llama.cpp.
+- **``add_space_prefix = false`` under the llama architecture**: HF's loader
+  builds ``LlamaTokenizer`` without it (always a prefix); llama.cpp, and posenc,
+  read the flag.
+- **Gemma**: none found on real text (tests/pretrained/test_gguf_gemma3.py
+  compares the GPL-3 text and random strings id for id). HF rebuilds Gemma's
+  merges from the file's order where posenc uses the scores; in Gemma 3's file
+  the two agree (each normal piece scores minus its rank).
+
+Reference used to verify: a direct transcription of the four steps above
+(tests/pretrained/gguf_helpers.py, ``spm_reference``) and HF's GGUF loader,
+on tiny files and on the real Gemma 3 270M file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+#: ``tokenizer.ggml.token_type`` values (llama.cpp's ``LLAMA_TOKEN_TYPE_*``).
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+SPACE = "\u2581"  # ▁, SentencePiece's spelling of a space
+
+
+def spm_merges(tokens: list[str], scores: list[float], types: list[int]) -> list[tuple[str, str]]:
+    """BPE merges equivalent to SentencePiece's score-ordered pair merging over these pieces.
+
+    One merge per (left, right) cut of each mergeable piece with both halves in the
+    vocabulary, best piece first (higher score, then lower id); a piece's cuts in
+    order of the left half's length.
+    """
+    vocab = set(tokens)
+    ranked = sorted((i for i, k in enumerate(types) if k in (NORMAL, UNKNOWN, UNUSED) and len(tokens[i]) > 1),
+                    key=lambda i: (-scores[i], i))
+    merges: list[tuple[str, str]] = []
+    for i in ranked:
+        piece = tokens[i]
+        merges.extend((piece[:k], piece[k:]) for k in range(1, len(piece))
+                      if piece[:k] in vocab and piece[k:] in vocab)
+    return merges
+
+
+def spm_tokenizer(meta: dict[str, Any], tokens: list[str], types: list[int], path: Path):
+    """The SentencePiece ``tokenizers.Tokenizer`` of a GGUF file (added tokens and BOS are the caller's).
+
+    Raises:
+        GGUFError: no ``tokenizer.ggml.scores``, or scores and pieces of different lengths.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    from posenc.formats.gguf import GGUFError
+
+    scores = meta.get("tokenizer.ggml.scores")
+    if scores is None or len(scores) != len(tokens) or len(types) != len(tokens):
+        raise GGUFError(f"{path}: a SentencePiece vocabulary (tokenizer.ggml.model = 'llama') needs one "
+                        f"tokenizer.ggml.scores and token_type entry per piece; got {len(tokens)} pieces, "
+                        f"{None if scores is None else len(scores)} scores and {len(types)} types. "
+                        "Re-convert the file with llama.cpp's convert_hf_to_gguf.py")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise GGUFError(f"{path}: the SentencePiece vocabulary spells {len(tokens) - len(vocab)} piece(s) twice; "
+                        "the file is inconsistent. Re-convert it")
+    unk_id = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[int(unk_id)] if unk_id is not None and 0 <= int(unk_id) < len(tokens) else None
+    merges = spm_merges(tokens, [float(s) for s in scores], [int(k) for k in types])
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=unk, fuse_unk=True, byte_fallback=True))
+    prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))  # llama.cpp's default for SPM
+    replace = normalizers.Replace(" ", SPACE)
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend(SPACE), replace]) if prefix else replace
+    steps = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    if prefix:
+        steps.append(decoders.Strip(" ", 1, 0))
+    tok.decoder = decoders.Sequence(steps)
+    return tok

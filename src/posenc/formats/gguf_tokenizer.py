@@ -135,6 +135,8 @@ def _byte_level(meta: dict[str, Any], tokens: list[str], path: Path):
     """A byte-level BPE over the file's vocabulary and merges; (tokenizer, vocabulary, "spelled in the alphabet")."""
     from tokenizers import Tokenizer, decoders, models
 
+    from posenc.formats.gguf import GGUFError
+
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     alphabet = _byte_alphabet()
     letters = set(alphabet.values())

@@ -43,6 +43,17 @@ from posenc.positions.bias import KERPLE, ALiBi, KERPLELog, KERPLEPower, T5Relat
 from posenc.positions.fire import FIRE
 from posenc.positions.mrope import MRoPE, pack_positions, unpack_positions
 from posenc.positions.randomized import RandomizedPositions
+from posenc.positions.remap import (
+    REMAP_SCHEMES,
+    STRING,
+    DualChunkAttention,
+    LeakyReRoPE,
+    Piece,
+    RemapScheme,
+    ReRoPE,
+    SelfExtend,
+    remap_attention,
+)
 from posenc.positions.relative import ShawRelative
 from posenc.positions.rotary import RoPE, apply_rotary, convert_qk_weight, pairing_permutation
 from posenc.positions.rotary_scaling import (
@@ -193,12 +204,23 @@ for _cls in (
     SinusoidalPositions, LearnedPositions, NaiveIndexPositions, ScaledSinusoidalPositions, RandomizedPositions,
     # rotary
     RoPE, *SCALED_ROPES, *RECENT_ROPES, MRoPE, XPos, *TEMPERATURES,
+    # rotary, positions remapped per (query, key) pair
+    *REMAP_SCHEMES,
     # bias
     ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative,
 ):
     register(_cls)
 
 __all__ = [
+    "DualChunkAttention",
+    "LeakyReRoPE",
+    "Piece",
+    "REMAP_SCHEMES",
+    "ReRoPE",
+    "RemapScheme",
+    "STRING",
+    "SelfExtend",
+    "remap_attention",
     "ALiBi",
     "AdditiveScheme",
     "BiasScheme",

@@ -18,6 +18,7 @@ FLAGS = {
     "extend": ["--device", "--dtype", "--factors", "--json", "--layers", "--lengths", "--max-tokens", "--methods",
                "--original-max-len", "--out", "--passkey-trials", "--quick", "--quiet", "--report-only", "--seed",
                "--shard", "--tasks", "--text", "--threads"],
+    "export": ["--format", "--json", "--out", "--position", "--position-option", "--quiet"],
     "explore": ["--host", "--no-browser", "--port", "--quiet", "--threads"],
     "generate": ["--chat", "--device", "--dtype", "--json", "--max-new-tokens", "--pairing", "--prompt", "--quiet",
                  "--seed", "--system", "--temperature", "--threads", "--top-k", "--top-p"],

@@ -195,7 +195,8 @@ class MultiHeadAttention(nn.Module):
             q and k (PoPE: 2·Dh); Gemma: query_pre_attn_scalar^−½.
         q_norm, k_norm: modules applied to each head's queries / keys before the
             rotation (QK-norm: Qwen3, Gemma 3; an RMS norm without gain for Llama 4).
-        query_scale: a per-position factor on the rotated queries
+        query_scale: a factor on the rotated queries per sequence index (tokens before
+            the query, cached ones included — not its position value, as in HF)
             (``posenc.plan.QueryScale``: Llama 4's temperature).
         sinks: learn one sink logit per head (GPT-OSS): a virtual key every query
             sees, with logit s_h and a zero value, that takes a share of the
@@ -311,8 +312,10 @@ class MultiHeadAttention(nn.Module):
                     k_start = cache.dropped
                     k, v, k_pos = cache.append(k, v, k_pos)
         if self.query_scale is not None:
-            factors = self.query_scale.factors(q_pos)  # (Tq,) or (B, Tq)
-            q = (q * (factors[:, None, :, None] if factors.dim() == 2 else factors[:, None])).to(q.dtype)
+            # by sequence index, not position value: HF's Llama4TextAttention counts the tokens its cache has
+            # seen (past_seen_tokens + arange), whatever position_ids it was given
+            factors = self.query_scale.factors(default_positions(q_len, offset=offset, device=x.device))  # (Tq,)
+            q = (q * factors[:, None]).to(q.dtype)
 
         windowed = not self.window.full and causal and self_attention
         if self.position.remaps:

@@ -94,9 +94,10 @@ class QueryScale:
     """A per-position factor on the queries of a layer (an attention temperature).
 
     ``llama4``: Llama 4's temperature tuning of its NoPE layers (HF
-    ``Llama4TextAttention``): q · (ln(⌊(p + 1) / floor_scale⌋ + 1) · attn_scale + 1)
-    at position p — 1 for p + 1 < floor_scale, then growing with log p, so that
-    attention over very long contexts does not flatten.
+    ``Llama4TextAttention``): q · (ln(⌊(i + 1) / floor_scale⌋ + 1) · attn_scale + 1)
+    for the query at sequence index i (the tokens the cache has seen before it, as
+    HF counts them — not its position value) — 1 for i + 1 < floor_scale, then
+    growing with log i, so that attention over very long contexts does not flatten.
 
     Reference used to verify: HF ``transformers`` ``Llama4TextAttention``
     (``tests/families/test_llama4.py``).
@@ -118,7 +119,7 @@ class QueryScale:
             raise ValueError(f"llama4 attn_scale must be finite, got {attn_scale}")
 
     def factors(self, positions: Any) -> Any:
-        """The factor per position, float32 like the reference (positions: an integer tensor (T,) or (B, T))."""
+        """The factor per sequence index, float32 like the reference (an integer tensor (T,) or (B, T))."""
         floor_scale, attn_scale = float(self.options["floor_scale"]), float(self.options["attn_scale"])
         return ((positions.float() + 1.0) / floor_scale).floor().add(1.0).log() * attn_scale + 1.0
 

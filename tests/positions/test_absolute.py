@@ -85,3 +85,19 @@ def test_scaled_sinusoid_is_learned_scale_times_table(gen):
     pe.add(torch.zeros(1, 7, dim, dtype=torch.float64), pos).sum().backward()
     torch.testing.assert_close(pe.scale.grad, sinusoid_table(pos, dim).sum())  # d(s·PE)/ds summed
     torch.testing.assert_close(pe.similarity(pos, pos), dim**-1 * sinusoid_table(pos, dim) @ sinusoid_table(pos, dim).T)
+
+
+def test_learned_offset_reads_row_p_plus_offset(seed):
+    """OPT's table: position p is row p + 2; the last position is max_len − 1 − offset."""
+    scheme = LearnedPositions(dim=6, max_len=10, offset=2)
+    p = torch.tensor([0, 3, 7])
+    torch.testing.assert_close(scheme.encode(p), scheme.weight[p + 2], rtol=0, atol=0)
+    assert scheme.max_position() == 7 and scheme.options()["offset"] == 2
+    with pytest.raises(ValueError, match=r"positions 0\.\.7"):
+        scheme.encode(torch.tensor([8]))
+
+
+@pytest.mark.parametrize("offset", [-1, 10, 1.5, True])
+def test_learned_offset_outside_the_table_is_refused(offset):
+    with pytest.raises(ValueError, match="offset"):
+        LearnedPositions(dim=6, max_len=10, offset=offset)

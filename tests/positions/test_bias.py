@@ -123,3 +123,26 @@ def test_kerple_power_gradient_is_finite_at_distance_zero():
     scheme = build("kerple-power", dim=16, num_heads=2)
     scheme.attention_bias(torch.arange(5), torch.arange(5)).sum().backward()
     assert bool(torch.isfinite(scheme.r1.grad).all() and torch.isfinite(scheme.r2.grad).all())
+
+
+@pytest.mark.parametrize("heads", [1, 3, 4, 6, 8, 12])
+@pytest.mark.parametrize("max_bias", [8.0, 16.0, 4.5])
+def test_alibi_max_bias_against_the_formula(heads, max_bias):
+    """Slopes 2^(−max_bias·k/n) for a power of two n; otherwise the closest power below, then every other
+    slope of the 2n sequence (the paper's layout, with 8 replaced by max_bias)."""
+    import math
+
+    def geometric(n):
+        return [2.0 ** (-max_bias * (k + 1) / n) for k in range(n)]
+
+    c = 2 ** math.floor(math.log2(heads))
+    want = geometric(c) + geometric(2 * c)[0::2][: heads - c]
+    torch.testing.assert_close(alibi_slopes(heads, max_bias), torch.tensor(want, dtype=torch.float64),
+                               rtol=1e-15, atol=0)
+    if max_bias == 8.0:
+        torch.testing.assert_close(alibi_slopes(heads, max_bias), alibi_slopes(heads), rtol=0, atol=0)
+
+
+def test_alibi_max_bias_must_be_positive():
+    with pytest.raises(ValueError, match="max_bias"):
+        alibi_slopes(4, 0.0)

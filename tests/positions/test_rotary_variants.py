@@ -100,9 +100,12 @@ def test_proportional_pairing_conversion_keeps_scores(gen):
 
 
 def test_proportional_from_hf_config():
-    from posenc.pretrained.hf import rope_from_hf
-    name, options = rope_from_hf({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e6,
-                                                      "partial_rotary_factor": 0.25}}, head_dim=512)
+    from posenc.families.hf_config import HFConfig
+    from posenc.families.rope import rope_blocks, rope_scheme
+    config = HFConfig({"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e6,
+                                           "partial_rotary_factor": 0.25}})
+    (block,) = rope_blocks(config).values()
+    name, options = rope_scheme(block, head_dim=512, max_position_embeddings=4096, pairing="interleaved")
     assert name == "rope-proportional"
     assert options == {"base": 1e6, "pairing": "interleaved", "proportion": 0.25, "factor": 1.0}
     assert build(name, dim=1024, num_heads=2, **options).rotated_pairs == 64

@@ -172,5 +172,6 @@ def test_command_errors_exit_2(folder, tmp_path, capsys):
     (folder / "tokenizer_config.json").write_text("{}")
     assert main(["generate", str(folder), "--prompt", "x", "--chat", "--quiet"]) == 2
     assert "no chat template" in capsys.readouterr().err
-    assert main(["generate", str(folder), "--prompt", "x", "--top-p", "1.5"]) == 2
-    assert "top_p must be in (0, 1]" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # a usage error at parse time now
+        main(["generate", str(folder), "--prompt", "x", "--top-p", "1.5"])
+    assert stop.value.code == 2 and "--top-p: 1.5 must be a finite number > 0 and <= 1" in capsys.readouterr().err

@@ -256,11 +256,11 @@ def test_wrong_shape_is_named(seed, tmp_path):
         load_pretrained(folder)
 
 
-@pytest.mark.parametrize("model_type", ["gpt2", "gemma"])
+@pytest.mark.parametrize("model_type", ["falcon", "gemma"])
 def test_unsupported_model_type_is_refused_by_name(model_type, seed, tmp_path):
     folder = save(hf_model("llama"), tmp_path)
     _rewrite_config(folder, model_type=model_type)
-    with pytest.raises(ValueError, match=f"model_type '{model_type}' is not supported.*llama, mistral, qwen2"):
+    with pytest.raises(ValueError, match=f"model_type '{model_type}' is not supported.*llama, .*mistral, .*qwen2"):
         load_pretrained(folder)
 
 

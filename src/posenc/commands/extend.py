@@ -27,15 +27,21 @@ DEFAULT_OUT = "runs/extend"
 QUICK_L0 = 256
 
 
-def _csv(kind: type, flag: str):
+def _csv(kind: type, flag: str, *, above: float = 0):
+    """argparse type: a comma list of finite ``kind`` values > ``above``, none empty, none repeated."""
+    from posenc.validation import number, parse_list
+
+    def convert(item: str) -> Any:
+        value = kind(item)
+        if kind is not str:
+            number(value, "value", above=above, integer=kind is int)
+        return value
+
     def parse(text: str) -> list[Any]:
         try:
-            values = [kind(t) for t in text.split(",") if t.strip()]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} takes comma-separated {kind.__name__}s, got {text!r}") from None
-        if not values:
-            raise argparse.ArgumentTypeError(f"{flag} is empty")
-        return values
+            return parse_list(text, flag, convert=convert)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
     return parse
 
 
@@ -43,6 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     from posenc.cli_options import add_device, add_dtype, add_json, add_out, add_quiet, add_seed, add_threads
     from posenc.extend.methods import FAMILY_LAYERS, LAYER_CHOICES, METHODS
     from posenc.extend.retrieval import TASKS
+    from posenc.families.hf_config import MAX_CONTEXT
+    from posenc.validation import int_at_least
 
     p = sub.add_parser("extend", help="context extension on a real model: loss by position and passkey per RoPE scaling",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -54,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"comma-separated methods (default all: {','.join(METHODS)})")
     p.add_argument("--factors", type=_csv(float, "--factors"), default=[2.0],
                    help="extension factors for the scaled methods (default 2)")
-    p.add_argument("--lengths", type=_csv(int, "--lengths"), default=None,
+    p.add_argument("--lengths", type=_csv(int, "--lengths", above=1), default=None,
                    help="retrieval prompt lengths in tokens (default L0/2, L0, 1.5·L0, 2·L0, and 4·L0 when a factor "
                         "is ≥ 4)")
     p.add_argument("--tasks", type=_csv(str, "--tasks"), default=["passkey"],
@@ -66,13 +74,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         + "; any other family: all (rotary when some layer has no RoPE)")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only cells I, I+N, I+2N, … of the grid's fixed order (0 <= I < N); shards share --out")
-    p.add_argument("--max-tokens", type=int, default=None,
+    p.add_argument("--max-tokens", type=int_at_least(0, MAX_CONTEXT), default=None,
                    help="tokens in each loss pass, the longest position measured (default max-factor·L0); 0 skips "
                         "the loss part")
-    p.add_argument("--passkey-trials", type=int, default=20, metavar="N",
+    p.add_argument("--passkey-trials", type=int_at_least(0, 10**6), default=20, metavar="N",
                    help="retrieval trials per task, length and method (the same prompts for every method; depths "
                         "0, ¼, ½, ¾, 1 in turn); 0 skips retrieval (default 20)")
-    p.add_argument("--original-max-len", type=int, default=None, metavar="L0",
+    p.add_argument("--original-max-len", type=int_at_least(2, MAX_CONTEXT), default=None, metavar="L0",
                    help="trained context L0 given to the schemes (default: the model's max_position_embeddings)")
     p.add_argument("--quick", action="store_true",
                    help=f"smoke run: L0={QUICK_L0} unless given, 2·L0-token loss pass on the first text, "
@@ -101,7 +109,7 @@ def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
     from posenc.extend.grid import GridConfig
     from posenc.extend.methods import check_methods
 
-    l0 = args.original_max_len or (QUICK_L0 if args.quick else declared_l0)
+    l0 = args.original_max_len if args.original_max_len is not None else (QUICK_L0 if args.quick else declared_l0)
     if not l0 or l0 < 2:
         raise ValueError(f"the model declares no trained context (got {declared_l0}); pass --original-max-len L0")
     factors = [float(f) for f in args.factors]
@@ -118,6 +126,9 @@ def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
         max_tokens = int(top * l0) if args.max_tokens is None else args.max_tokens
         lengths = args.lengths or sorted({l0 // 2, l0, int(1.5 * l0), 2 * l0, *([4 * l0] if top >= 4 else [])})
         trials = args.passkey_trials
+    if max_tokens == 0 and trials == 0:
+        raise ValueError("--max-tokens 0 skips the loss part and --passkey-trials 0 skips passkey: nothing would be "
+                         "measured; keep one of them")
     if max_tokens == 0:
         texts = ()
     elif max_tokens < 2:
@@ -157,7 +168,11 @@ def run(args: argparse.Namespace) -> int:
     from posenc.extend.methods import LEFT_OUT, trained_context
     from posenc.extend.report import summarise, write_report
 
+    from posenc.validation import check_output
+
     out = out_dir(args)
+    check_output(out, "--out", kind="dir")  # before the model loads and the grid runs
+    check_output(args.json, "--json")
     apply_threads(args)
     threads = torch.get_num_threads()
     meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),

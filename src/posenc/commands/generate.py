@@ -52,8 +52,11 @@ def run(args: argparse.Namespace) -> int:
 
     from posenc.models.llama import check_sampling
 
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    from posenc.validation import check_output
+
+    check_output(args.json, "--json")  # before the model loads and the text is generated
+    if args.system is not None and not args.chat:
+        raise ValueError("--system is a message of the chat template: add --chat, or put the text in --prompt")
     check_sampling(args.temperature, args.top_k, args.top_p)
     pm = load_model(args)
     tok = pm.tokenizer
@@ -64,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
         ids = tok.encode(args.prompt)
     if not ids:
         raise ValueError("the prompt encodes to no tokens; give a non-empty --prompt")
+    usable = pm.config.sliding_window or pm.config.max_position_embeddings
+    if len(ids) + args.max_new_tokens > usable:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens:,} after a {len(ids):,}-token prompt exceeds the "
+                         f"{usable:,} tokens this model was trained for; give --max-new-tokens "
+                         f"{max(usable - len(ids), 0):,} or less")
     prompt = torch.tensor([ids], device=args.device)
 
     new: list[int] = []
@@ -115,17 +123,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    from posenc.families.hf_config import MAX_CONTEXT
+    from posenc.validation import finite_float, int_at_least, seed_arg
+
     p = sub.add_parser("generate", help="continue a prompt with a pretrained Llama-family model (HF folder or GGUF)",
                        description="Load a Llama/Mistral/Qwen2-family checkpoint (HF folder or .gguf) into posenc's "
                                    "own modules and continue a prompt: greedy by default, sampling with "
                                    "--temperature. Prints the text, then the speed (tokens/s) on stderr.")
     add_model_flags(p)
     p.add_argument("--prompt", required=True, help="the text to continue (the user message with --chat)")
-    p.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="new tokens at most (default 64)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
-    p.add_argument("--top-k", type=int, metavar="K", help="sample among the K most likely tokens")
-    p.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling: the smallest set with mass P")
-    p.add_argument("--seed", type=int, help="seed of the sampler (sampling is reproducible with a seed)")
+    p.add_argument("--max-new-tokens", type=int_at_least(0, MAX_CONTEXT), default=64, metavar="N",
+                   help="new tokens at most (default 64); prompt + N must fit the model's trained context")
+    p.add_argument("--temperature", type=finite_float(minimum=0), default=0.0,
+                   help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-k", type=int_at_least(1), metavar="K", help="sample among the K most likely tokens")
+    p.add_argument("--top-p", type=finite_float(above=0, maximum=1), metavar="P",
+                   help="nucleus sampling: the smallest set with mass P, in (0, 1]")
+    p.add_argument("--seed", type=seed_arg, metavar="N",
+                   help="seed of the sampler, 0 to 2**63 - 1 (sampling is reproducible with a seed)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--system", metavar="TEXT", help="a system message (with --chat)")
     p.set_defaults(func=run)

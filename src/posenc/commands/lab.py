@@ -4,6 +4,7 @@
     posenc lab --only sinusoid-norm,not-monotonic --dim 128 --length 2048
     posenc lab --json - --out -         # one JSON object on stdout, no files
     posenc lab properties               # the property table of every registered scheme
+    posenc lab --lang ko                # the table, verdicts and report in Korean (default: the locale)
 
 Every claim, where it comes from and what "holds" means: docs/lab.md.
 """
@@ -21,8 +22,10 @@ from posenc.validation import check_output, dumps, parse_list
 def run(args: argparse.Namespace) -> int:
     from posenc.lab.core import LabConfig
     from posenc.lab.experiments import property_table, run_lab
+    from posenc.lab.i18n import resolve_lang
     from posenc.lab.report import property_text, terminal_table, to_json, write_report
 
+    lang = resolve_lang(args.lang)  # --lang, else the locale (LC_ALL, LC_MESSAGES, LANG): ko… → Korean
     cfg = LabConfig(dim=args.dim, length=args.length, base=args.base, seed=args.seed)
     if args.out != "-":
         check_output(args.out, "--out", kind="dir")
@@ -32,21 +35,22 @@ def run(args: argparse.Namespace) -> int:
     if args.what == "properties":
         rows = property_table(cfg, progress=show_progress)
         if not to_stdout:
-            print(property_text(rows))
+            print(property_text(rows, lang=lang))
         write_json(args, {"properties": rows})
         return 0
     only = parse_list(args.only, "--only") if args.only is not None else None
     findings = run_lab(cfg, only=only, progress=show_progress)
     rows = property_table(cfg) if not only else None
     if not to_stdout:
-        print(terminal_table(findings))
+        print(terminal_table(findings, lang=lang))
         if rows:
             print()
-            print(property_text(rows))
+            print(property_text(rows, lang=lang))
     write_json(args, to_json(findings, cfg=cfg, properties=rows), indent=None)
     folder = out_dir(args)
     if folder is not None:
-        index = write_report(findings, folder, cfg=cfg, properties=rows, progress=show_progress)
+        index = write_report(findings, folder, cfg=cfg, properties=rows, progress=show_progress, lang=lang,
+                             lang_fixed=args.lang is not None)
         print(f"report: {index}", file=sys.stderr if to_stdout else sys.stdout)
     return 0
 
@@ -64,5 +68,8 @@ def register(sub: Any) -> None:
     add_seed(p, help="seed for every random table and weight")
     add_out(p, default="lab-report", help="write index.html, figures and results.json here")
     add_json(p, help="write every finding as one JSON object to FILE ('-': print it instead of the table)")
+    p.add_argument("--lang", metavar="en|ko",
+                   help="language of the table, the verdicts and the report's first view: 'en' or 'ko' (default: "
+                        "the locale, ko_KR… → Korean; the report can switch either way). --json is the same in both")
     add_quiet(p)
     p.set_defaults(func=run)

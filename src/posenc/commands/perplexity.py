@@ -4,8 +4,9 @@ The text is tokenized once and scored in windows of ``--window`` tokens that
 start every ``--stride`` tokens (HF's "perplexity of fixed-length models"
 recipe): each token is scored once, by the window that first reaches it, with
 up to window − stride tokens of context before it. Stride = window gives
-disjoint windows (fastest, least context); a smaller stride gives more
-context per scored token. The first token of the file has no context and is
+back-to-back windows (fastest, least context: each starts with the last token
+of the one before, as the context of its first scored token); a smaller stride
+gives more context per scored token. The first token of the file has no context and is
 not scored.
 
 ``--per-token PATH`` (``-``: stdout) also writes each scored token's loss, one
@@ -34,14 +35,13 @@ from posenc.commands.generate import add_model_flags, load_model
 
 def window_plan(num_tokens: int, window: int, stride: int) -> list[tuple[int, int, int]]:
     """(start, end, scored) per window: tokens [start, end) are fed, the last ``scored`` are scored."""
-    plan, scored_to = [], 1  # token 0 has no context
-    for start in range(0, max(num_tokens - 1, 1), stride):
-        end = min(start + window, num_tokens)
-        if end > scored_to:
-            plan.append((start, end, end - scored_to))
-            scored_to = end
-        if end == num_tokens:
-            break
+    plan, scored_to, start = [], 1, 0  # token 0 has no context
+    while scored_to < num_tokens:
+        first = min(start, scored_to - 1)  # a window holds at least one token before those it scores
+        end = min(first + window, num_tokens)
+        plan.append((first, end, end - scored_to))
+        scored_to = end
+        start += stride
     return plan
 
 
@@ -98,11 +98,19 @@ def write_per_token(target: str, rows: list[dict[str, Any]]) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from posenc.validation import check_output, regular_file
+
     if args.per_token == "-" and json_to_stdout(args):
         raise ValueError("--per-token - and --json - both ask for stdout; send one of them to a file")
-    path = Path(args.file)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such text file")
+    if args.per_token not in (None, "-") and args.json not in (None, "-") and \
+            Path(args.per_token).resolve() == Path(args.json).resolve():
+        raise ValueError(f"--per-token and --json both name {args.json}; give two files")
+    check_output(args.json, "--json")  # before the model loads and the text is scored
+    check_output(args.per_token, "--per-token")
+    if args.stride is not None and args.window is not None and args.stride > args.window:
+        raise ValueError(f"--stride {args.stride} is larger than --window {args.window}: tokens between windows "
+                         "would not be scored; give --stride <= --window")
+    path = regular_file(args.file, "text file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
@@ -120,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
     if len(ids) < 2:
         raise ValueError(f"{path}: {len(ids)} token(s); perplexity needs at least 2")
     plan = window_plan(len(ids), window, stride)
+    from posenc.validation import check_memory
+
+    widest = max(end - first for first, end, _ in plan)
+    check_memory(8.0 * widest * pm.config.vocab_size, f"the logits of a {widest:,}-token window "
+                 f"(× {pm.config.vocab_size:,} vocabulary, float32, twice)", fix="lower --window")
     start = time.perf_counter()
     losses: list[float] | None = [] if args.per_token is not None else None
     nll, count = score(pm.model, torch.tensor(ids, device=args.device), plan, quiet=args.quiet, per_token=losses)
@@ -141,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
+    from posenc.families.hf_config import MAX_CONTEXT
+    from posenc.validation import int_at_least
+
     p = sub.add_parser("perplexity", help="per-token loss of a pretrained model over a text file, in windows",
                        description="Score every token of a UTF-8 text file with a pretrained Llama-family model "
                                    "(HF folder or .gguf) in windows of --window tokens every --stride tokens; "
@@ -148,10 +164,12 @@ def register(sub: Any) -> None:
                                    "each scored token's loss.")
     add_model_flags(p)
     p.add_argument("file", metavar="FILE", help="a UTF-8 text file")
-    p.add_argument("--window", type=int, metavar="T",
-                   help="tokens per forward pass (default min(1024, the model's trained context))")
-    p.add_argument("--stride", type=int, metavar="S", help="tokens between window starts (default window / 2)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="score only the first N tokens of the file")
+    p.add_argument("--window", type=int_at_least(2, MAX_CONTEXT), metavar="T",
+                   help="tokens per forward pass, >= 2 (default min(1024, the model's trained context))")
+    p.add_argument("--stride", type=int_at_least(1, MAX_CONTEXT), metavar="S",
+                   help="tokens between window starts, 1 to --window (default window / 2)")
+    p.add_argument("--max-tokens", type=int_at_least(2), metavar="N",
+                   help="score only the first N tokens of the file (N >= 2)")
     p.add_argument("--per-token", metavar="PATH",
                    help="also write each scored token's loss as JSON lines to PATH ('-': stdout, the summary then "
                         "goes to stderr): {\"index\", \"id\", \"text\", \"loss\"} per token, loss in nats; "

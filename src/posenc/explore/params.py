@@ -218,6 +218,8 @@ def _table_rows(scheme: str, option: str, value: Any, dim: int, heads: int) -> t
         return 2 * value + 1, dim // heads
     if option == "num_buckets" and scheme == "t5":
         return value, heads
+    if option == "npos_max" and scheme == "cope":
+        return value, dim // heads
     return None
 
 
@@ -251,7 +253,7 @@ def check_options(scheme: str, opts: Mapping[str, Any], dim: int, heads: int) ->
 def largest_options(scheme: str, dim: int) -> dict[str, int]:
     """The largest value ``check_options`` admits for each size option of ``scheme`` at width ``dim``."""
     heads = 4 if dim % 4 == 0 else 1
-    width = {"max_len": dim, "max_distance": dim // heads, "num_buckets": heads}
+    width = {"max_len": dim, "max_distance": dim // heads, "num_buckets": heads, "npos_max": dim // heads}
     out = {}
     for spec in options(scheme):
         name = spec["name"]
@@ -284,6 +286,9 @@ PROPERTY_NS_PER_ENTRY: dict[str, float] = {
     # position remapping (issue 26): r(i, j) per entry, its distinct values sorted, Σ_p cos per value: measured
     # 700-750 ns per entry at d = 66, L = 2,048 (one head, load ~6), rounded up
     "self-extend": 800, "rerope": 800, "rerope-leaky": 800, "string": 800, "dca": 800,
+    # not measured: FoPE's einsum over kept frequencies and PoPE's doubled width cost more than RoPE; CoPE
+    # computes a (H, n, n) gate matrix and cumulative sums, a multiple of Shaw's cost (estimates, to calibrate)
+    "fope": 150, "pope": 150, "cope": 300,
 }
 #: FIRE: nanoseconds per similarity entry per unit of mlp_width above 32.
 FIRE_NS_PER_WIDTH = 14
@@ -309,6 +314,7 @@ VIEW_SECONDS: dict[str, float] = {
     "rope-proportional": 0.34, "rope-ntk-mixed": 0.34,  # RoPE's (same code path), not measured separately
     "llama4-temperature": 0.34, "ssmax": 0.34, "mrope": 0.34,  # RoPE's, not measured
     "self-extend": 0.34, "rerope": 0.34, "rerope-leaky": 0.34, "string": 0.34, "dca": 0.34,  # RoPE's table
+    "fope": 0.5, "pope": 0.5, "cope": 0.6,  # estimates, not measured
 }
 #: FIRE's view runs its MLP on the profile's sampled rows × L: nanoseconds per such pair and unit of
 #: mlp_width above 32.

@@ -13,6 +13,19 @@ family         model types (config.json)
 =============  =======================================================================
 ``llama``      llama, mistral, qwen2 (Llama 2/3, Mistral, Qwen2, SmolLM/SmolLM2, TinyLlama)
 ``gemma3``     gemma3_text (Gemma 3 text models; 5 sliding : 1 global layers)
+``qwen3``      qwen3 (Qwen3 dense; QK-norm, sliding layers from ``max_window_layers`` on, YaRN)
+``smollm3``    smollm3 (SmolLM3; every 4th layer NoPE, ``no_rope_layers``; the NoPE layers slide)
+``cohere2``    cohere2 (Command R7B / A; sliding RoPE : global NoPE, parallel blocks, interleaved rows)
+``phi3``       phi3 (Phi-3 / 3.5 / 4-mini; fused qkv and gate_up split, LongRoPE, partial rotary)
+``gpt_oss``    gpt_oss (gpt-oss-20b/120b; sliding/full layers, sinks, YaRN, MoE)
+``llama4``     llama4_text (Llama 4 text tower; chunked RoPE + NoPE layers, temperature, MoE)
+``gpt2``       gpt2 (learned absolute positions, LayerNorm, GELU MLP, fused Conv1D q/k/v)
+``bloom``      bloom (ALiBi in every layer, embedding LayerNorm, per-head fused q/k/v)
+``gpt_neox``   gpt_neox (Pythia; partial RoPE, half pairing, parallel residual with two norms)
+``gptj``       gptj (partial RoPE, interleaved pairing, parallel residual with one norm)
+``opt``        opt (learned positions read at an offset of 2; pre- or post-norm)
+``mpt``        mpt (ALiBi with ``alibi_bias_max``, no biases, ``clip_qkv``)
+``deepseek_v3`` deepseek_v3 (DeepSeek-V3, Kimi-K2; MLA with a decoupled rotary slice, YaRN mscale, MoE)
 =============  =======================================================================
 """
 
@@ -28,7 +41,7 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3")
+_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gpt_oss", "llama4", "deepseek_v3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt")
 
 
 @dataclass(frozen=True)

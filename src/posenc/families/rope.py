@@ -9,11 +9,15 @@ layer plan is nested by layer type::
 
 ``rope_blocks`` returns {layer type or None: block}; ``rope_scheme`` turns one
 block into (posenc scheme name, options), equal to HF's own
-``ROPE_INIT_FUNCTIONS`` (``tests/pretrained``, ``tests/positions/test_rotary_hf.py``).
+``ROPE_INIT_FUNCTIONS`` (``tests/pretrained``, ``tests/positions/test_rotary_hf.py``);
+two helpers the readers share: ``plan_fields`` turns a family's per-layer specs into
+the config's fields (a plan only where the layers differ), ``with_defaults`` gives a
+family's own config defaults.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from posenc.families.hf_config import HFConfig
@@ -94,3 +98,26 @@ def rope_scheme(block: dict[str, Any], *, head_dim: int, max_position_embeddings
         options |= {"proportion": b.float("partial_rotary_factor", 1.0, above=0, maximum=1),
                     "factor": b.float("factor", 1.0, above=0)}
     return types[rope_type], options
+
+
+def plan_fields(specs: Sequence[Any]) -> dict[str, Any]:
+    """``LlamaConfig`` fields for a list of ``LayerSpec``s, one per layer.
+
+    Every layer alike (one scheme, one full or sliding window, nothing per layer): the plain
+    fields ``position`` / ``position_options`` / ``sliding_window`` — what a Llama config states,
+    and what ``posenc extend`` replaces. Layers that differ: ``layer_plan`` (and no input scheme).
+    """
+    first = specs[0]
+    if (all(s == first for s in specs) and first.query_scale is None and first.qk_norm is None
+            and first.window.kind != "chunked"):
+        return {"position": first.position, "position_options": dict(first.position_options),
+                "sliding_window": first.window.size}
+    return {"position": "none", "layer_plan": [s.to_dict() for s in specs]}
+
+
+def with_defaults(c: HFConfig, **defaults: Any) -> HFConfig:
+    """``c`` with a family's own defaults for fields its config.json omits (HF's config class defaults
+    where they differ from the generic reader's, e.g. Qwen3's ``head_dim`` 128); stated values win, and a
+    stated null stays null (as in HF's config classes: ``"sliding_window": null`` is no window)."""
+    data = {**defaults, **c.data}
+    return HFConfig(data, source=c.source)

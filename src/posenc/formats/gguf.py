@@ -64,6 +64,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from posenc.formats.gguf_header import check_header
 from posenc.formats.safetensors import Checkpoint, CheckpointError, TensorEntry
 from posenc.positions.rotary import convert_qk_weight
 
@@ -154,6 +155,7 @@ def open_gguf(path: str | Path):
     if magic != b"GGUF":
         raise GGUFError(f"{path}: not a GGUF file (it starts with {magic!r}, a GGUF file starts with b'GGUF'). "
                         "Point posenc at a .gguf file written by llama.cpp or the gguf package")
+    check_header(path)  # every count, length and shape bounded by the file and the memory budget first
     reader_cls = _gguf().GGUFReader
     try:
         reader = reader_cls(str(path), "r")

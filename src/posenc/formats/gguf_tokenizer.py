@@ -108,6 +108,9 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
         raise GGUFError(f"{path}: tokenizer.ggml.model = {kind!r} is not supported; posenc builds the 'gpt2' "
                         "(byte-level BPE) tokenizer of GGUF files. Load the model's HF folder (with tokenizer.json) "
                         "instead")
+    if "tokenizer.ggml.tokens" not in meta:
+        raise GGUFError(f"{path}: the file holds no vocabulary (no tokenizer.ggml.tokens key); "
+                        "use a GGUF file converted with its tokenizer")
     tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     types = list(meta.get("tokenizer.ggml.token_type", [1] * len(tokens)))

@@ -9,32 +9,19 @@ from __future__ import annotations
 import html
 import json
 import math
-import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from posenc.lab import texts_ko
 from posenc.lab.core import Finding, LabConfig
+from posenc.lab.i18n import LANGS, check_lang, display_width, fmt_number, pad, ui, wrap
 from posenc.validation import dumps
 
+__all__ = ["CSS", "FIGURES", "HEADLINES", "claim_text", "fmt_number", "headline", "property_text", "terminal_table",
+           "title_text", "to_json", "write_report"]
+
 # -- short text per experiment ----------------------------------------------------------------------------
-
-
-def fmt_number(x: Any, digits: int = 3) -> str:
-    """A compact number: 4 significant digits, scientific when tiny."""
-    if x is None:
-        return "—"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, int):
-        return str(x)
-    if isinstance(x, float):
-        if x == 0:
-            return "0"
-        if abs(x) < 1e-3 or abs(x) >= 1e5:
-            return f"{x:.1e}"
-        return f"{x:.{digits}f}" if abs(x) < 100 else f"{x:.1f}"
-    return str(x)
 
 
 def _naive(v: dict) -> str:
@@ -86,51 +73,70 @@ HEADLINES: dict[str, Callable[[dict], str]] = {
 }
 
 
-def headline(f: Finding) -> str:
-    fn = HEADLINES.get(f.id)
+def headline(f: Finding, lang: str = "en") -> str:
+    """The measured values of ``f`` in one line, in ``lang``."""
+    fn = (texts_ko.HEADLINES if check_lang(lang) == "ko" else HEADLINES).get(f.id)
     if fn is not None:
         try:
             return fn(f.values)
         except (KeyError, TypeError, IndexError, ValueError):
             pass
     scalars = [(k, v) for k, v in f.values.items() if isinstance(v, (int, float, bool))]
-    return ", ".join(f"{k} {fmt_number(v)}" for k, v in scalars[:4])
+    return ", ".join(f"{k} {fmt_number(v, lang=lang)}" for k, v in scalars[:4])
 
 
-def terminal_table(findings: Sequence[Finding], *, width: int = 100) -> str:
-    """One row per experiment: id, holds, seconds, the measured headline (wrapped to ``width``)."""
-    id_w = max([len(f.id) for f in findings] + [10])
-    lead = id_w + 2 + 5 + 2 + 5 + 2
+def claim_text(f: Finding, lang: str = "en") -> str:
+    """The claim of ``f`` in ``lang`` (the experiment's own English text, or its Korean from ``texts_ko``)."""
+    return texts_ko.CLAIMS.get(f.id, f.claim) if check_lang(lang) == "ko" else f.claim
+
+
+def title_text(exp_id: str, lang: str = "en") -> str:
+    """The short title of experiment ``exp_id`` in ``lang``."""
+    from posenc.lab.experiments import EXPERIMENTS  # importing it registers every experiment
+
+    english = EXPERIMENTS[exp_id].title if exp_id in EXPERIMENTS else exp_id
+    return texts_ko.TITLES.get(exp_id, english) if check_lang(lang) == "ko" else english
+
+
+def terminal_table(findings: Sequence[Finding], *, width: int = 100, lang: str = "en") -> str:
+    """One row per experiment: id, holds, seconds, the measured headline (wrapped to ``width`` terminal columns).
+
+    In Korean the words of the frame and the headlines are Korean; widths count terminal columns (a Hangul
+    syllable takes two), so the table still fits ``width``.
+    """
+    id_w = max([len(f.id) for f in findings] + [display_width(ui("experiment", lang))])
+    mark_w = max(5, *(display_width(ui(k, lang)) for k in ("holds", "mark_yes", "mark_no")))
+    lead = id_w + 2 + mark_w + 2 + 5 + 2
     room = max(width - lead, 30)
-    lines = [f"{'experiment':<{id_w}}  {'holds':<5}  {'sec':>5}  measured", "-" * min(width, lead + room)]
+    head = f"{pad(ui('experiment', lang), id_w)}  {pad(ui('holds', lang), mark_w)}  "
+    lines = [f"{head}{' ' * (5 - display_width(ui('sec', lang)))}{ui('sec', lang)}  {ui('measured', lang)}",
+             "-" * min(width, lead + room)]
     for f in findings:
-        text = headline(f)
-        chunks = textwrap.wrap(text, room) or [""]
-        mark = "yes" if f.holds else "NO"
-        lines.append(f"{f.id:<{id_w}}  {mark:<5}  {f.seconds:>5.2f}  {chunks[0]}")
+        chunks = wrap(headline(f, lang), room)
+        mark = ui("mark_yes" if f.holds else "mark_no", lang)
+        lines.append(f"{f.id:<{id_w}}  {pad(mark, mark_w)}  {f.seconds:>5.2f}  {chunks[0]}")
         lines.extend(" " * lead + c for c in chunks[1:])
-    held = sum(f.holds for f in findings)
-    lines.append(f"{held}/{len(findings)} claims hold")
+    lines.append(ui("held", lang, held=sum(f.holds for f in findings), total=len(findings)))
     return "\n".join(lines)
 
 
-PROPERTY_COLUMNS = [
-    ("name", "scheme"), ("family", "family"), ("norm_constant", "norm const"), ("translation_invariant", "i−j only"),
-    ("monotone_decay", "decays"), ("symmetric", "symmetric"), ("shift_relative", "shift resid"),
-    ("defined_beyond", "beyond L"),
-]
+#: The property table's columns: the row's key, in the order shown (headers: ``i18n.UI[lang]["col_" + key]``).
+PROPERTY_COLUMNS = ["name", "family", "norm_constant", "translation_invariant", "monotone_decay", "symmetric",
+                    "shift_relative", "defined_beyond"]
 
 
-def property_text(rows: Sequence[dict[str, Any]]) -> str:
-    """The property table as fixed-width text."""
-    widths = [max(len(h), 9) for _, h in PROPERTY_COLUMNS]
+def property_text(rows: Sequence[dict[str, Any]], *, lang: str = "en") -> str:
+    """The property table as fixed-width text (headers and yes/no in ``lang``)."""
+    heads = [ui(f"col_{k}", lang) for k in PROPERTY_COLUMNS]
+    widths = [max(display_width(h), 9) for h in heads]
     widths[0] = max([widths[0]] + [len(str(r.get("name", ""))) for r in rows])
-    out = ["  ".join(f"{h:<{w}}" for (_, h), w in zip(PROPERTY_COLUMNS, widths))]
+    out = ["  ".join(pad(h, w) for h, w in zip(heads, widths))]
     for row in rows:
         if "error" in row:
-            out.append(f"{row['name']:<{widths[0]}}  {row.get('family', '?'):<{widths[1]}}  error: {row['error'][:50]}")
+            out.append(f"{pad(row['name'], widths[0])}  {pad(row.get('family', '?'), widths[1])}  "
+                       f"{ui('error', lang)}: {row['error'][:50]}")
             continue
-        out.append("  ".join(f"{fmt_number(row.get(k)):<{w}}" for (k, _), w in zip(PROPERTY_COLUMNS, widths)).rstrip())
+        out.append("  ".join(pad(fmt_number(row.get(k), lang=lang), w) for k, w in zip(PROPERTY_COLUMNS, widths)))
     return "\n".join(line.rstrip() for line in out)
 
 
@@ -400,8 +406,8 @@ FIGURES: dict[str, Callable[[Finding, Path], list[str]]] = {
 # -- HTML ------------------------------------------------------------------------------------------------
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;
-color:#222;line-height:1.45}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,"Noto Sans CJK KR","Nanum Gothic","Malgun Gothic",
+"Apple SD Gothic Neo",sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
 h1{margin-bottom:.2em} .sub{color:#666;margin-top:0}
 table{border-collapse:collapse;width:100%;font-size:.9em;margin:1em 0}
 th,td{border-bottom:1px solid #ddd;padding:.35em .5em;text-align:left;vertical-align:top}
@@ -413,6 +419,37 @@ img{max-width:100%;display:block;margin:.8em 0;border:1px solid #eee}
 code{background:#f3f3f3;padding:0 .2em;word-break:break-word}
 table.values td:first-child{width:14em}
 """
+
+#: Added to ``CSS`` by the lab report: only the chosen language's text shows, and the switch sits top right.
+LANG_CSS = """
+html[lang=en] [data-l=ko],html[lang=ko] [data-l=en]{display:none}
+html[lang=ko] body{word-break:keep-all} th{white-space:nowrap}
+#lang{float:right;margin-top:.4em;font:inherit;padding:.25em .8em;border:1px solid #bbb;border-radius:4px;
+background:#fafafa;cursor:pointer}
+"""
+
+#: The language switch: ``?lang=`` in the address, else the report's own language when ``posenc lab --lang`` set
+#: it, else the reader's last choice (remembered), else the browser's language — the explorer's rule
+#: (posenc.lab.i18n). Without JavaScript the page shows the language it was written in.
+LANG_JS = """<script>
+(function () {
+  var KEY = "posenc-lab-lang", LANGS = ["en", "ko"], root = document.documentElement;
+  function show(lang, remember) {
+    root.lang = lang;
+    document.title = root.getAttribute("data-title-" + lang);
+    if (remember) { try { localStorage.setItem(KEY, lang); } catch (e) { /* private mode */ } }
+  }
+  var asked = new URLSearchParams(location.search).get("lang"), saved = null;
+  try { saved = localStorage.getItem(KEY); } catch (e) { /* private mode, file:// */ }
+  var fixed = root.getAttribute("data-lang-fixed");
+  var browser = (navigator.language || "en").toLowerCase().indexOf("ko") === 0 ? "ko" : "en";
+  show(LANGS.indexOf(asked) >= 0 ? asked : LANGS.indexOf(fixed) >= 0 ? fixed
+       : LANGS.indexOf(saved) >= 0 ? saved : browser, false);
+  document.getElementById("lang").addEventListener("click", function () {
+    show(root.lang === "en" ? "ko" : "en", true);
+  });
+})();
+</script>"""
 
 
 def _compact(value: Any, limit: int = 12) -> Any:
@@ -427,11 +464,24 @@ def _compact(value: Any, limit: int = 12) -> Any:
     return value
 
 
+def _both(make: Callable[[str], str], tag: str = "span") -> str:
+    """One ``<tag>`` per language around ``make(lang)`` (already HTML); CSS shows the page's language only."""
+    return "".join(f"<{tag} data-l='{lang}' lang='{lang}'>{make(lang)}</{tag}>" for lang in LANGS)
+
+
 def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig,
-                 properties: Sequence[dict[str, Any]] | None = None, progress: bool = False) -> Path:
-    """Write results.json, one PNG per figure and index.html (relative links: opens from disk)."""
+                 properties: Sequence[dict[str, Any]] | None = None, progress: bool = False,
+                 lang: str = "en", lang_fixed: bool = False) -> Path:
+    """Write results.json, one PNG per figure and index.html (relative links: opens from disk).
+
+    The page carries every text in English and Korean and a button that switches between them. It opens in
+    ``lang``; with ``lang_fixed`` (``posenc lab --lang``) that language beats the reader's remembered choice,
+    otherwise the remembered choice and then the browser's language decide (``LANG_JS``). Figures are drawn
+    once, with English labels.
+    """
     from tqdm import tqdm
 
+    check_lang(lang)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(dumps(to_json(findings, cfg=cfg, properties=properties, series=True)))
@@ -446,47 +496,58 @@ def write_report(findings: Sequence[Finding], out: str | Path, *, cfg: LabConfig
 
     esc = html.escape
     held = sum(f.holds for f in findings)
-    parts = [f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>posenc lab</title>"
-             f"<style>{CSS}</style></head><body>",
-             "<h1>posenc lab</h1>",
-             f"<p class='sub'>{held} of {len(findings)} claims hold · d = {cfg.dim}, L = {cfg.length}, "
-             f"base = {fmt_number(cfg.base)}, seed = {cfg.seed} · every number below was computed by the library's own "
-             "modules in this run; full data in <a href='results.json'>results.json</a></p>",
-             "<table><tr><th>experiment</th><th>claim</th><th>holds</th><th>measured</th></tr>"]
+    titles = " ".join(f"data-title-{x}='{esc(ui('title', x))}'" for x in LANGS)
+    fixed = f" data-lang-fixed='{lang}'" if lang_fixed else ""
+    parts = [f"<!doctype html><html lang='{lang}' {titles}{fixed}><head><meta charset='utf-8'>"
+             f"<title>{esc(ui('title', lang))}</title><style>{CSS}{LANG_CSS}</style></head><body>",
+             f"<button id='lang' type='button' aria-label='{esc(ui('lang_label', 'en'))} / "
+             f"{esc(ui('lang_label', 'ko'))}'>{_both(lambda x: esc(ui('lang_button', x)))}</button>",
+             f"<h1>{_both(lambda x: esc(ui('title', x)))}</h1>",
+             "<p class='sub'>" + _both(lambda x: esc(ui(
+                 "sub", x, held=held, total=len(findings), dim=cfg.dim, length=cfg.length, base=fmt_number(cfg.base),
+                 seed=cfg.seed, results="\0")).replace("\0", "<a href='results.json'>results.json</a>")) + "</p>",
+             f"<p class='meta' data-l='ko' lang='ko'>{esc(ui('figures_note', 'ko'))}</p>",
+             "<table><tr>" + "".join(f"<th>{_both(lambda x, k=k: esc(ui(k, x)))}</th>"
+                                     for k in ("experiment", "claim", "holds", "measured")) + "</tr>"]
     for f in findings:
         cls = "yes" if f.holds else "no"
-        parts.append(f"<tr><td><a href='#{esc(f.id)}'>{esc(f.id)}</a></td><td>{esc(f.claim)}</td>"
-                     f"<td class='{cls}'>{'yes' if f.holds else 'NO'}</td><td>{esc(headline(f))}</td></tr>")
+        mark = "mark_yes" if f.holds else "mark_no"
+        parts.append(f"<tr><td><a href='#{esc(f.id)}'>{esc(f.id)}</a></td>"
+                     f"<td>{_both(lambda x, f=f: esc(claim_text(f, x)))}</td>"
+                     f"<td class='{cls}'>{_both(lambda x, m=mark: esc(ui(m, x)))}</td>"
+                     f"<td>{_both(lambda x, f=f: esc(headline(f, x)))}</td></tr>")
     parts.append("</table>")
     if properties:
-        parts.append("<section id='properties'><h2>Every registered scheme, measured</h2>"
-                     "<p class='meta'>From the similarity each scheme induces between positions alone "
-                     f"(positions 0…{cfg.length - 1}; a learned table on the rows it has). Bias schemes are "
-                     "measured per head. “decays” is blank where the similarity is not a function of distance; "
-                     "“shift resid” is ‖T[p+k] − M_k·T[p]‖ ÷ ‖T[p+k]‖ for the best single map M_k (worst over k = 1, 2, 5, 17, 50), blank where a scheme has no position vectors.</p><table><tr>")
-        parts.extend(f"<th>{esc(h)}</th>" for _, h in PROPERTY_COLUMNS)
+        parts.append(f"<section id='properties'><h2>{_both(lambda x: esc(ui('properties_title', x)))}</h2>"
+                     f"<p class='meta'>{_both(lambda x: esc(ui('properties_note', x, last=cfg.length - 1)))}</p>"
+                     "<table><tr>")
+        parts.extend(f"<th>{_both(lambda x, k=k: esc(ui(f'col_{k}', x)))}</th>" for k in PROPERTY_COLUMNS)
         parts.append("</tr>")
         for row in properties:
             if "error" in row:
                 parts.append(f"<tr><td>{esc(row['name'])}</td><td colspan='{len(PROPERTY_COLUMNS) - 1}'>"
                              f"{esc(row['error'])}</td></tr>")
                 continue
-            parts.append("<tr>" + "".join(f"<td>{esc(fmt_number(row.get(k)))}</td>" for k, _ in PROPERTY_COLUMNS) + "</tr>")
+            parts.append("<tr>" + "".join(f"<td>{_both(lambda x, v=row.get(k): esc(fmt_number(v, lang=x)))}</td>"
+                                          for k in PROPERTY_COLUMNS) + "</tr>")
         parts.append("</table></section>")
     for f in findings:
         cls = "yes" if f.holds else "no"
+        verdict = "verdict_yes" if f.holds else "verdict_no"
         parts.append(f"<section id='{esc(f.id)}'><h2>{esc(f.id)} <span class='{cls}'>"
-                     f"{'holds' if f.holds else 'does NOT hold'}</span></h2>"
-                     f"<p class='claim'>{esc(f.claim)}</p>"
-                     f"<p class='meta'>article {esc(f.article)} · {f.seconds:.2f} s · parameters: "
-                     f"<code>{esc(json.dumps(_compact(f.params)))}</code></p>")
+                     f"{_both(lambda x, v=verdict: esc(ui(v, x)))}</span></h2>"
+                     f"<p class='claim'>{_both(lambda x, f=f: esc(claim_text(f, x)))}</p>"
+                     f"<p class='meta'>{_both(lambda x, f=f: esc(ui('meta', x, article=f.article, seconds=f'{f.seconds:.2f}')))} "
+                     f"<code>{esc(json.dumps(_compact(f.params), ensure_ascii=False))}</code></p>")
         for name in figures.get(f.id, []):
             parts.append(f"<img src='{esc(name)}' alt='{esc(f.id)} figure'>")
-        parts.append("<table class='values'><tr><th>value</th><th>measured</th></tr>")
+        parts.append("<table class='values'><tr>" + "".join(f"<th>{_both(lambda x, k=k: esc(ui(k, x)))}</th>"
+                                                            for k in ("value", "measured")) + "</tr>")
         for key, value in f.values.items():
             text = json.dumps(_compact(value), ensure_ascii=False)
             parts.append(f"<tr><td><code>{esc(key)}</code></td><td><code>{esc(text)}</code></td></tr>")
         parts.append("</table></section>")
+    parts.append(LANG_JS)
     parts.append("</body></html>")
     (out / "index.html").write_text("\n".join(parts), encoding="utf-8")
     return out / "index.html"

@@ -22,7 +22,7 @@ Tiny example (seconds on a CPU)::
 """
 
 from posenc.lengthgen.cell import build_model, hits_by_length, plan_cell, position_options, train_cell, valid_lengths
-from posenc.lengthgen.config import (DEFAULT, PAPER_SCHEMES, PRESETS, QUICK, SCHEMES, TASK_LENGTHS, TASKS, CellConfig,
+from posenc.lengthgen.config import (DEFAULT, NEW_SCHEMES, PAPER_SCHEMES, PRESETS, QUICK, SCHEMES, TASK_LENGTHS, TASKS, CellConfig,
                                      preset)
 from posenc.lengthgen.grid import GridConfig, cell_name, load_cells, machine_note, run_grid, run_jobs
 from posenc.lengthgen.report import headline, markdown, plot, write_report
@@ -30,7 +30,7 @@ from posenc.lengthgen.summary import summarise
 from posenc.positions import canonical
 
 __all__ = [
-    "DEFAULT", "PAPER_SCHEMES", "PRESETS", "QUICK", "SCHEMES", "TASKS", "TASK_LENGTHS", "CellConfig", "GridConfig",
+    "DEFAULT", "NEW_SCHEMES", "PAPER_SCHEMES", "PRESETS", "QUICK", "SCHEMES", "TASKS", "TASK_LENGTHS", "CellConfig", "GridConfig",
     "build_model", "canonical", "cell_name", "headline", "hits_by_length", "load_cells", "machine_note",
     "markdown", "plan_cell", "plot", "position_options", "preset", "run_grid", "run_jobs", "summarise", "train_cell", "valid_lengths",
     "write_report",

@@ -76,11 +76,16 @@ def position_options(scheme: str, config: CellConfig, *, train_len: int) -> dict
     benchmark measured, not a property of relative bias). The paper trains on sequences long enough
     to use T5's log range.
 
+    fope: ``train_length`` = the longest training sequence (Hua et al. clip the frequencies whose
+    wavelength exceeds the training length; the model's ``max_length`` here is the longest test one).
+
     ``config.model.position_options`` override these.
     """
     options: dict[str, Any] = {}
     if scheme == "randomized":
         options.update(eval_positions="sampled")
+    if scheme == "fope":  # FoPE clips the frequencies that do not turn once within the *training* lengths
+        options.update(train_length=train_len)
     if scheme == "t5":
         # at least 9: beyond the 8 exact distances of the causal layout (an encoder–decoder's decoder is causal)
         options.update(num_buckets=16, max_distance=max(train_len, 9))

@@ -11,16 +11,26 @@ norm ``rms``       x / rms(x) · g, cast before the gain                        
 norm ``rms-offset`` x / rms(x) · (1 + g) in float32, cast after (zero-centred g)   Gemma 3 / 4
 norm ``layer``     (x − mean) / std · g, no bias, float32                          Cohere 2
 norm ``rms-unit``  x / rms(x), no gain                                             Llama 4 QK-norm
+norm ``layernorm`` (x − mean) / std · g + b, in the activation dtype (torch's)      GPT-2, OPT, BLOOM, NeoX, GPT-J
 ffn ``swiglu``     down(silu(gate(x)) · up(x))                                     Llama family
 ffn ``geglu``      down(gelu_tanh(gate(x)) · up(x))                                Gemma
-block ``pre``      x + attn(n₁(x)); x + ffn(n₂(x))                                  Llama family
+ffn ``gelu-tanh-mlp`` fc_out(gelu_tanh(fc_in(x))), not gated                       GPT-2, GPT-J, BLOOM
+ffn ``gelu-mlp``   fc_out(gelu(fc_in(x))) (exact erf GELU)                         GPT-NeoX / Pythia, MPT
+ffn ``relu-mlp``   fc_out(relu(fc_in(x)))                                          OPT
+block ``pre``      x + attn(n₁(x)); x + ffn(n₂(x))                                  Llama family, GPT-2, BLOOM
 block ``sandwich`` x + n₂(attn(n₁(x))); x + n₄(ffn(n₃(x)))                           Gemma 2 / 3 / 4
-block ``parallel`` x + attn(n(x)) + ffn(n(x))                                       Cohere, GPT-J, GPT-NeoX
+block ``parallel`` x + attn(n(x)) + ffn(n(x))                                       Cohere, GPT-J
+block ``parallel-two`` x + attn(n₁(x)) + ffn(n₂(x))                                 GPT-NeoX / Pythia
+block ``post``     x ← n₁(x + attn(x)); x ← n₂(x + ffn(x))                          OPT-350m (post-norm)
 =================  ==============================================================  ==========================
+
+Besides, ``ClippedLinear`` clamps a projection's output to [−c, c] (MPT's
+``clip_qkv``).
 
 References used to verify: HF ``transformers`` ``LlamaRMSNorm``,
 ``Gemma3RMSNorm``, ``CohereLayerNorm``, ``Llama4TextL2Norm``, ``Gemma3MLP``
-and the decoder layers of Llama, Gemma 3 and Cohere 2 (``tests/families``).
+and the decoder layers of Llama, Gemma 3 and Cohere 2; the blocks and MLPs of
+GPT-2, OPT, BLOOM, GPT-NeoX, GPT-J and MPT (``tests/families``).
 
 Shape legend: B batch, T sequence length, D model width.
 """
@@ -101,9 +111,17 @@ class BiasFreeLayerNorm(nn.Module):
         return f"{self.weight.shape[0]}, eps={self.eps}"
 
 
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm with a gain and a bias (Ba et al., 2016), in the activation dtype: torch's ``nn.LayerNorm``,
+    as GPT-2, OPT, BLOOM, GPT-NeoX and GPT-J use it."""
+
+    def __init__(self, dim: int, *, eps: float = 1e-5) -> None:
+        super().__init__(dim, eps=eps)
+
+
 #: norm name → class(dim, eps=...).
 NORMS: dict[str, Callable[..., nn.Module]] = {"rms": RMSNorm, "rms-offset": OffsetRMSNorm, "layer": BiasFreeLayerNorm,
-                                             "rms-unit": UnitRMSNorm}
+                                             "rms-unit": UnitRMSNorm, "layernorm": LayerNorm}
 
 
 def _gelu_tanh(x: Tensor) -> Tensor:
@@ -136,6 +154,71 @@ class GatedFFN(nn.Module):
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}"
+
+
+#: plain (non-gated) MLP name → its activation.
+MLPS: dict[str, Callable[[Tensor], Tensor]] = {"gelu-tanh-mlp": _gelu_tanh, "gelu-mlp": F.gelu, "relu-mlp": F.relu}
+
+
+class MLP(nn.Module):
+    """The two-layer MLP of the original Transformer and GPT: fc_out(act(fc_in(x))), not gated.
+
+    Args:
+        dim: D; hidden: F; bias: biases on both projections;
+        activation: a name of ``MLPS`` ("gelu-tanh-mlp": GPT-2's ``gelu_new``, "gelu-mlp": exact GELU,
+            "relu-mlp": OPT).
+    """
+
+    def __init__(self, *, dim: int, hidden: int, bias: bool = True, activation: str = "gelu-tanh-mlp") -> None:
+        super().__init__()
+        if activation not in MLPS:
+            raise ValueError(f"mlp activation must be one of {sorted(MLPS)}, got {activation!r}")
+        self.activation = activation
+        self.fc_in = nn.Linear(dim, hidden, bias=bias)
+        self.fc_out = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc_out(MLPS[self.activation](self.fc_in(x)))  # (B, T, F) → (B, T, D)
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation!r}"
+
+
+#: every feed-forward name a config may give: the gated ones and the plain MLPs.
+FFN_NAMES: tuple[str, ...] = (*FFNS, *MLPS)
+
+
+def build_ffn(name: str, *, dim: int, hidden: int, bias: bool) -> nn.Module:
+    """The feed-forward called ``name`` (a gated FFN of ``FFNS`` or an MLP of ``MLPS``)."""
+    if name in MLPS:
+        return MLP(dim=dim, hidden=hidden, bias=bias, activation=name)
+    if name in FFNS:
+        return GatedFFN(dim=dim, hidden=hidden, bias=bias, activation=name)
+    raise ValueError(f"ffn must be one of {sorted(FFN_NAMES)}, got {name!r}")
+
+
+class ClippedLinear(nn.Linear):
+    """A linear projection whose output is clamped to [−clip, clip] (MPT's ``clip_qkv`` on q, k and v)."""
+
+    def __init__(self, in_features: int, out_features: int, *, clip: float, bias: bool = True) -> None:
+        super().__init__(in_features, out_features, bias=bias)
+        if not (isinstance(clip, (int, float)) and 0 < clip < float("inf")):
+            raise ValueError(f"clip must be a finite number > 0, got {clip!r}")
+        self.clip = float(clip)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return super().forward(x).clamp(min=-self.clip, max=self.clip)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, clip={self.clip}"
+
+
+def clip_projections(attn: MultiHeadAttention, clip: float) -> MultiHeadAttention:
+    """Replace ``attn``'s q, k and v projections by ``ClippedLinear`` ones of the same shape (fresh weights)."""
+    for name in ("q_proj", "k_proj", "v_proj"):
+        old: nn.Linear = getattr(attn, name)
+        setattr(attn, name, ClippedLinear(old.in_features, old.out_features, clip=clip, bias=old.bias is not None))
+    return attn
 
 
 class PreNormBlock(nn.Module):
@@ -180,9 +263,38 @@ class ParallelBlock(nn.Module):
         return x + a + self.ffn(h)
 
 
+class ParallelTwoNormBlock(nn.Module):
+    """x + attn(n₁(x)) + ffn(n₂(x)): parallel branches, each with its own norm (GPT-NeoX ``use_parallel_residual``)."""
+
+    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_norm: nn.Module, ffn_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn_norm, self.attn = attn_norm, attn
+        self.ffn_norm, self.ffn = ffn_norm, ffn
+
+    def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
+        a, _ = self.attn(self.attn_norm(x), q_pos=positions, causal=True, cache=cache)
+        return x + a + self.ffn(self.ffn_norm(x))
+
+
+class PostNormBlock(nn.Module):
+    """x ← n₁(x + attn(x)), then x ← n₂(x + ffn(x)): the original Transformer's post-norm (OPT-350m)."""
+
+    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_norm: nn.Module, ffn_norm: nn.Module) -> None:
+        super().__init__()
+        self.attn, self.attn_norm = attn, attn_norm
+        self.ffn, self.ffn_norm = ffn, ffn_norm
+
+    def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
+        a, _ = self.attn(x, q_pos=positions, causal=True, cache=cache)
+        x = self.attn_norm(x + a)
+        return self.ffn_norm(x + self.ffn(x))
+
+
 #: block name → (class, the norms it takes besides the attention and the FFN).
 BLOCKS: dict[str, tuple[type[nn.Module], tuple[str, ...]]] = {
     "pre": (PreNormBlock, ("attn_norm", "ffn_norm")),
     "sandwich": (SandwichBlock, ("attn_norm", "attn_post_norm", "ffn_norm", "ffn_post_norm")),
     "parallel": (ParallelBlock, ("attn_norm",)),
+    "parallel-two": (ParallelTwoNormBlock, ("attn_norm", "ffn_norm")),
+    "post": (PostNormBlock, ("attn_norm", "ffn_norm")),
 }

@@ -35,7 +35,8 @@ from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.models.config import JSONConfig
-from posenc.models.decoder_parts import BLOCKS, FFNS, NORMS, GatedFFN, PreNormBlock, RMSNorm
+from posenc.models.decoder_parts import (BLOCKS, FFN_NAMES, NORMS, GatedFFN, PreNormBlock, RMSNorm, build_ffn,
+                                         clip_projections)
 from posenc.plan import FULL, LayerSpec, Window, format_plan, parse_plan, plan_rows
 from posenc.embedding import OutputHead, TokenEmbedding, count_parameters
 from posenc.models.builders import output_head_for
@@ -79,7 +80,8 @@ class LlamaConfig(JSONConfig):
         block: the residual layout, a name of ``posenc.models.decoder_parts.BLOCKS``
             ("pre", "sandwich", "parallel").
         norm: the norm, a name of ``NORMS`` ("rms", "rms-offset", "layer").
-        ffn: the gated feed-forward, a name of ``FFNS`` ("swiglu", "geglu").
+        ffn: the feed-forward, a name of ``FFNS`` ("swiglu", "geglu") or of ``MLPS`` (the plain
+            two-layer MLPs "gelu-tanh-mlp", "gelu-mlp", "relu-mlp" of GPT-2, GPT-NeoX, OPT, …).
         qk_norm: a norm over each head's queries and keys before the rotation
             ("none" or a name of ``NORMS``; a layer spec's ``qk_norm=False`` turns it off there).
         attn_scale: the softmax scale, default 1/√Dh (Gemma: ``query_pre_attn_scalar``^−½).
@@ -87,6 +89,16 @@ class LlamaConfig(JSONConfig):
         logit_scale: multiply the logits by this (Cohere).
         final_softcap: logits → c·tanh(logits / c) (Gemma 2); None: off.
         attn_sinks: one learned sink logit per head in every attention (GPT-OSS).
+        moe: the mixture-of-experts FFN of some layers (``posenc.models.moe.MoESpec`` as a dict:
+            router, experts, sizes and ``layers``); the other layers keep the dense ``ffn``.
+            None: every layer is dense.
+        embed_norm: a norm right after the token table (BLOOM's ``word_embeddings_layernorm``).
+        final_norm: a norm closing the stack (False for post-norm stacks, which end normed: OPT-350m).
+        head_bias: a bias on the output head (GPT-J's ``lm_head``).
+        clip_qkv: clamp the q, k, v projections' outputs to [−c, c] (MPT); None: off.
+        mla: multi-head latent attention in every layer instead of ``MultiHeadAttention``
+            (``posenc.models.mla.MLASpec`` as a dict: DeepSeek-V2/V3's low-rank q and kv and
+            the decoupled rotary slice). None: ordinary attention.
     """
 
     vocab_size: int
@@ -116,27 +128,59 @@ class LlamaConfig(JSONConfig):
     logit_scale: float | None = None
     final_softcap: float | None = None
     attn_sinks: bool = False
+    moe: dict[str, Any] | None = None
+    embed_norm: bool = False
+    final_norm: bool = True
+    head_bias: bool = False
+    clip_qkv: float | None = None
+    mla: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "dim", "num_layers", "num_heads", "ffn_dim", "max_position_embeddings"):
+        from posenc.families import hf_config as bounds
+        from posenc.validation import check_memory, number
+
+        limits = {"vocab_size": bounds.MAX_VOCAB, "dim": bounds.MAX_WIDTH, "num_layers": bounds.MAX_LAYERS,
+                  "num_heads": bounds.MAX_HEADS, "ffn_dim": bounds.MAX_WIDTH,
+                  "max_position_embeddings": bounds.MAX_CONTEXT, "num_kv_heads": bounds.MAX_HEADS,
+                  "head_dim": bounds.MAX_WIDTH, "sliding_window": bounds.MAX_CONTEXT}
+        for name, limit in limits.items():  # bounded before build_llama makes num_layers modules
             value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"LlamaConfig.{name} must be a positive integer, got {value!r}")
+            if value is None and name in ("num_kv_heads", "head_dim", "sliding_window"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= limit:
+                raise ValueError(f"LlamaConfig.{name} must be a positive integer <= {limit:,}, got {value!r}")
+        number(self.norm_eps, "LlamaConfig.norm_eps", above=0, maximum=1,
+               fix="RMSNorm divides by sqrt(mean(x²) + eps): a NaN, zero or negative eps gives NaN outputs")
         kv = self.kv_heads
         if kv <= 0 or self.num_heads % kv:
             raise ValueError(f"num_heads={self.num_heads} must be a positive multiple of num_kv_heads={kv}")
         if self.head_dim is None and self.dim % self.num_heads:
             raise ValueError(f"dim={self.dim} is not divisible by num_heads={self.num_heads}; pass head_dim")
-        for name, choices in (("block", BLOCKS), ("norm", NORMS), ("ffn", FFNS), ("qk_norm", {"none": 0, **NORMS})):
+        d, f, v, q = self.dim, self.ffn_dim, self.vocab_size, self.num_heads * self.attention_head_dim
+        per_layer = 2 * d * q + 2 * d * kv * self.attention_head_dim + 3 * d * f + 2 * d
+        parameters = v * d * (1 if self.tie_embeddings else 2) + self.num_layers * per_layer + d
+        check_memory(2.0 * parameters, f"a Llama model of {parameters:,} parameters (2 bytes each at least)",
+                     fix="the config is not a real model's, or set POSENC_MEMORY_BUDGET (bytes) higher")
+        for name, choices in (("block", BLOCKS), ("norm", NORMS), ("ffn", FFN_NAMES),
+                              ("qk_norm", {"none": 0, **NORMS})):
             if getattr(self, name) not in choices:
                 raise ValueError(f"LlamaConfig.{name} must be one of {sorted(choices)}, got {getattr(self, name)!r}")
-        for name in ("attn_scale", "logit_scale", "final_softcap"):
+        for name in ("attn_scale", "logit_scale", "final_softcap", "clip_qkv"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < float("inf")):
                 raise ValueError(f"LlamaConfig.{name} must be a finite number > 0 or None, got {value!r}")
-        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window < 1):
-            raise ValueError(f"LlamaConfig.sliding_window must be a positive integer or None, "
-                             f"got {self.sliding_window!r}")
+        if self.moe is not None:  # kept as plain data (JSON), checked here
+            from posenc.models.moe import MoESpec
+
+            spec = MoESpec.from_dict(self.moe)
+            bad = [i for i in spec.layers if not 0 <= i < self.num_layers]
+            if bad:
+                raise ValueError(f"LlamaConfig.moe layers {bad} are outside 0 … {self.num_layers - 1}")
+            object.__setattr__(self, "moe", spec.to_dict())
+        if self.mla is not None:
+            from posenc.models.mla import MLASpec
+
+            object.__setattr__(self, "mla", MLASpec.from_dict(self.mla).to_dict())
         if self.layer_plan is not None:  # kept as plain data (JSON), checked here
             object.__setattr__(self, "layer_plan", tuple(spec.to_dict() for spec in
                                                          parse_plan(self.layer_plan, self.num_layers)))
@@ -183,15 +227,18 @@ class LlamaLM(nn.Module):
         embed: token table (unscaled).
         position: the scheme shared by every attention (its additive hook acts on the embeddings).
         layers: the decoder blocks.
+        embed_norm: a norm on the token vectors before anything else (BLOOM); None: none.
         norm: the final norm.
         head: D → V (tied to ``embed`` or not).
     """
 
     def __init__(self, *, config: LlamaConfig, embed: TokenEmbedding, position: PositionScheme,
-                 layers: Sequence[nn.Module], norm: nn.Module, head: OutputHead) -> None:
+                 layers: Sequence[nn.Module], norm: nn.Module, head: OutputHead,
+                 embed_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.config = config
         self.embed, self.position = embed, position
+        self.embed_norm = embed_norm
         self.layers = nn.ModuleList(layers)
         self.norm, self.head = norm, head
         #: √D, rounded to the activation dtype where it is used, as HF's Gemma does (None: no scaling)
@@ -231,6 +278,8 @@ class LlamaLM(nn.Module):
         x = self.embed(ids)  # (B, T, D)
         if self.embed_scale is not None:
             x = x * torch.tensor(self.embed_scale, dtype=x.dtype, device=x.device)
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
         x = self.position.add(x, positions)  # a no-op unless the input scheme is additive
         # every layer rotates with these positions: one cos/sin gather per scheme and forward (under compile:
         # traced once, nothing to reuse, and no Python state to touch inside the graph)
@@ -276,9 +325,21 @@ class LlamaLM(nn.Module):
         Returns:
             (B, T + generated) ids.
         """
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        from posenc.validation import check_memory, number
+        from posenc.validation import seed as check_seed
+
+        max_new_tokens = number(max_new_tokens, "max_new_tokens", minimum=0, integer=True)
         check_sampling(temperature, top_k, top_p)
+        seed = None if seed is None else check_seed(seed)
+        total = prompt.shape[-1] + max_new_tokens
+        window = self.config.sliding_window
+        if window is not None and total > window:
+            raise ValueError(f"a {prompt.shape[-1]}-token prompt + max_new_tokens={max_new_tokens:,} exceeds this "
+                             f"model's sliding attention window of {window:,} tokens; generate fewer tokens")
+        cfg, item = self.config, torch.finfo(self.embed.weight.dtype).bits // 8
+        check_memory(2.0 * cfg.num_layers * prompt.shape[0] * cfg.kv_heads * cfg.attention_head_dim * total * item,
+                     f"the KV cache of {prompt.shape[0]} × {total:,} tokens (prompt + max_new_tokens)",
+                     fix="lower max_new_tokens")
         stops = torch.tensor([] if eos_id is None else [eos_id] if isinstance(eos_id, int) else list(eos_id),
                              dtype=torch.long, device=prompt.device)
         generator = None
@@ -327,12 +388,18 @@ class LlamaLM(nn.Module):
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     """Raise a clear error for sampling settings that mean nothing."""
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    from posenc.validation import F32_TINY, number
+
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0 or \
+            temperature == float("inf"):
+        raise ValueError(f"temperature must be >= 0 and finite (0 = greedy), got {temperature}")
+    if 0 < temperature < F32_TINY:  # the logits are divided by it in float32, where it would be 0
+        raise ValueError(f"temperature={temperature!r} must be 0 (greedy) or at least {F32_TINY:.3g}, float32's "
+                         "smallest normal number")
+    if top_k is not None:
+        number(top_k, "top_k", minimum=1, integer=True)
+    if top_p is not None:
+        number(top_p, "top_p", above=0, maximum=1)
 
 
 def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
@@ -345,7 +412,7 @@ def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = 
     """
     if temperature == 0:
         return logits.argmax(-1)
-    logits = logits / temperature
+    logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # max 0: a small temperature cannot overflow
     if top_k is not None and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -353,6 +420,7 @@ def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = 
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(-1)
         drop = probs.cumsum(-1) - probs >= top_p  # mass before this token already reaches p
+        drop[:, 0] = False  # the most likely token always stays (a top_p below float32's range keeps just it)
         logits = logits.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     probs = logits.softmax(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
@@ -403,15 +471,36 @@ def _assemble(cfg: LlamaConfig, position: PositionScheme, plan: Sequence[LayerSp
             return None
         return NORMS["rms" if cfg.qk_norm == "none" else cfg.qk_norm](head_dim, eps=cfg.norm_eps)
 
+    moe = None
+    if cfg.moe is not None:
+        from posenc.models.moe import MoESpec, build_moe
+
+        moe = MoESpec.from_dict(cfg.moe)
     layers = []
-    for spec, scheme in zip(plan, layer_schemes):
-        attn = MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads, head_dim=head_dim,
-                                  bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme, window=spec.window,
-                                  scale=cfg.attn_scale, q_norm=qk_norm(spec), k_norm=qk_norm(spec),
-                                  query_scale=spec.query_scale, sinks=cfg.attn_sinks)
-        ffn = GatedFFN(dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias, activation=cfg.ffn)
+    for i, (spec, scheme) in enumerate(zip(plan, layer_schemes)):
+        attn: nn.Module
+        if cfg.mla is not None:
+            from posenc.models.mla import MLASpec, MultiHeadLatentAttention
+
+            attn = MultiHeadLatentAttention(MLASpec.from_dict(cfg.mla), dim=cfg.dim, num_heads=cfg.num_heads,
+                                            position=scheme, window=spec.window, scale=cfg.attn_scale)
+        else:
+            attn = MultiHeadAttention(dim=cfg.dim, num_heads=cfg.num_heads, num_kv_heads=cfg.kv_heads,
+                                      head_dim=head_dim, bias=cfg.qkv_bias, out_bias=cfg.out_bias, position=scheme,
+                                      window=spec.window, scale=cfg.attn_scale, q_norm=qk_norm(spec),
+                                      k_norm=qk_norm(spec), query_scale=spec.query_scale, sinks=cfg.attn_sinks)
+        if cfg.clip_qkv is not None:
+            clip_projections(attn, cfg.clip_qkv)
+        ffn: nn.Module
+        if moe is not None and i in moe.layers:
+            ffn = build_moe(moe, dim=cfg.dim, shared_bias=cfg.ffn_bias)
+        else:
+            ffn = build_ffn(cfg.ffn, dim=cfg.dim, hidden=cfg.ffn_dim, bias=cfg.ffn_bias)
         layers.append(block_cls(attn=attn, ffn=ffn, **{n: norm(cfg.dim, eps=cfg.norm_eps) for n in norm_names}))
     head = output_head_for(token, dim=cfg.dim, vocab_size=cfg.vocab_size, tie=cfg.tie_embeddings,
                            position=cfg.position)
+    if cfg.head_bias:
+        head.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
     return LlamaLM(config=cfg, embed=token, position=position, layers=layers,
-                   norm=norm(cfg.dim, eps=cfg.norm_eps), head=head)
+                   norm=norm(cfg.dim, eps=cfg.norm_eps) if cfg.final_norm else nn.Identity(), head=head,
+                   embed_norm=norm(cfg.dim, eps=cfg.norm_eps) if cfg.embed_norm else None)

@@ -40,8 +40,11 @@ from posenc.positions.base import (
     default_positions,
 )
 from posenc.positions.bias import KERPLE, ALiBi, KERPLELog, KERPLEPower, T5RelativeBias, alibi_slopes, t5_bucket
+from posenc.positions.cope import CoPE
 from posenc.positions.fire import FIRE
+from posenc.positions.fope import FoPE
 from posenc.positions.mrope import MRoPE, pack_positions, unpack_positions
+from posenc.positions.pope import PoPE
 from posenc.positions.randomized import RandomizedPositions
 from posenc.positions.remap import (
     REMAP_SCHEMES,
@@ -203,11 +206,11 @@ for _cls in (
     # additive
     SinusoidalPositions, LearnedPositions, NaiveIndexPositions, ScaledSinusoidalPositions, RandomizedPositions,
     # rotary
-    RoPE, *SCALED_ROPES, *RECENT_ROPES, MRoPE, XPos, *TEMPERATURES,
+    RoPE, *SCALED_ROPES, *RECENT_ROPES, MRoPE, FoPE, PoPE, XPos, *TEMPERATURES,
     # rotary, positions remapped per (query, key) pair
     *REMAP_SCHEMES,
     # bias
-    ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative,
+    ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative, CoPE,
 ):
     register(_cls)
 
@@ -224,8 +227,10 @@ __all__ = [
     "ALiBi",
     "AdditiveScheme",
     "BiasScheme",
+    "CoPE",
     "DynamicNTKRoPE",
     "FIRE",
+    "FoPE",
     "KERPLE",
     "KERPLELog",
     "KERPLEPower",
@@ -241,6 +246,7 @@ __all__ = [
     "NTKRoPE",
     "NaiveIndexPositions",
     "NoPosition",
+    "PoPE",
     "PositionScheme",
     "ProportionalRoPE",
     "ROPE_SCALINGS",

@@ -97,22 +97,30 @@ class SinusoidalPositions(AdditiveScheme):
 
 
 class LearnedPositions(AdditiveScheme):
-    """A learned table of ``max_len`` position vectors (BERT, GPT-2).
+    """A learned table of ``max_len`` position vectors (BERT, GPT-2, OPT).
 
-    It has no row beyond ``max_len - 1``: asking for one raises, naming the table
-    size, instead of indexing out of bounds.
+    Position p reads row p + ``offset``: OPT's table has two rows more than its
+    context and reads position p at row p + 2 (HF ``OPTLearnedPositionalEmbedding``,
+    a relic of fairseq's padding index); every other model has offset 0. It has no
+    row beyond ``max_len - 1``: asking for one raises, naming the table size,
+    instead of indexing out of bounds.
 
     Args:
         dim: model width.
-        max_len: number of rows (positions 0 … max_len − 1).
+        max_len: number of rows (positions 0 … max_len − 1 − offset).
         init_std: standard deviation of the normal initialisation (GPT-2: 0.02).
+        offset: the row of position 0 (OPT: 2); the rows before it are never read.
     """
 
     name: ClassVar[str] = "learned"
 
-    def __init__(self, *, dim: int, max_len: int = 1024, init_std: float = 0.02) -> None:
+    def __init__(self, *, dim: int, max_len: int = 1024, init_std: float = 0.02, offset: int = 0) -> None:
         super().__init__(dim=dim)
         self.max_len = positive_int(max_len, "max_len")
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < self.max_len:
+            raise ValueError(f"learned: offset={offset!r} must be an integer in [0, max_len={self.max_len}): the row "
+                             "position 0 reads (OPT: 2, otherwise 0)")
+        self.offset = offset
         self.init_std = float32_squares(number(init_std, "init_std", minimum=0), "init_std", width=dim,
                                         reach=NORMAL_DRAW_MAX, what="the table's entries (normal draws)",
                                         fix="GPT-2 uses 0.02")
@@ -129,19 +137,21 @@ class LearnedPositions(AdditiveScheme):
     def encode(self, positions: Tensor) -> Tensor:
         positions = check_positions(positions)
         fix = "build it with a larger max_len or use a scheme defined at any position (sinusoidal, rope, alibi, ...)"
+        last = self.max_len - 1 - self.offset
+        rows = f"{self.max_len} rows" + (f", position 0 at row {self.offset}" if self.offset else "")
         check_values(
-            positions < self.max_len,
-            lambda: f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+            positions <= last,
+            lambda: f"learned position table has {rows} (positions 0..{last}) "
                     f"but position {int(positions.max())} was asked for; {fix}",
-            compiled_message=f"learned position table has {self.max_len} rows (positions 0..{self.max_len - 1}) "
+            compiled_message=f"learned position table has {rows} (positions 0..{last}) "
                              f"but a larger position was asked for; {fix}")
-        return self.weight[positions.to(self.weight.device)]
+        return self.weight[positions.to(self.weight.device) + self.offset]
 
     def max_position(self) -> int | None:
-        return self.max_len - 1
+        return self.max_len - 1 - self.offset
 
     def options(self) -> dict[str, Any]:
-        return {"dim": self.dim, "max_len": self.max_len}
+        return {"dim": self.dim, "max_len": self.max_len} | ({"offset": self.offset} if self.offset else {})
 
 
 class NaiveIndexPositions(AdditiveScheme):

@@ -26,24 +26,28 @@ def relative_distance(q_pos: Tensor, k_pos: Tensor) -> Tensor:
     return k_pos.unsqueeze(-2) - q_pos.unsqueeze(-1)
 
 
-def alibi_slopes(num_heads: int) -> Tensor:
+def alibi_slopes(num_heads: int, max_bias: float = 8.0) -> Tensor:
     """Head slopes of ALiBi (Press et al., 2022), float64 (H,).
 
-    For a power of two n: the geometric sequence starting at 2^(−8/n) with that
-    ratio. Otherwise, as in the paper's reference code: the slopes for the
-    closest power of two below n, then every other slope of the 2× sequence.
+    For a power of two n: the geometric sequence starting at 2^(−max_bias/n) with
+    that ratio (max_bias = 8 in the paper; MPT's ``alibi_bias_max``). Otherwise,
+    as in the paper's reference code: the slopes for the closest power of two
+    below n, then every other slope of the 2× sequence — the layout of BLOOM's
+    ``build_alibi_tensor`` and, reordered the same way, of MPT's
+    ``build_mpt_alibi_tensor`` (both checked in ``tests/positions``).
     """
     positive_int(num_heads, "num_heads")
+    number(max_bias, "max_bias", above=0, fix="the paper and BLOOM use 8")
     # built as Python floats (the reference code's arithmetic, bit for bit): ~50 bytes a head
     check_memory(50.0 * num_heads, f"ALiBi's slopes for num_heads={num_heads}", fix="use fewer heads")
-    return _slopes(num_heads)
+    return _slopes(num_heads, float(max_bias))
 
 
-def _slopes(num_heads: int) -> Tensor:
+def _slopes(num_heads: int, max_bias: float = 8.0) -> Tensor:
     """``alibi_slopes`` for a head count already checked (a scheme's own, in its forward: no check to trace)."""
 
     def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-8.0 / n)
+        start = 2.0 ** (-max_bias / n)
         return [start ** (i + 1) for i in range(n)]
 
     closest = 2 ** math.floor(math.log2(num_heads))
@@ -60,27 +64,30 @@ class ALiBi(BiasScheme):
     BLOOM's m_h·j up to a per-row constant, which softmax ignores); without
     one it is the symmetric form used by bidirectional encoders.
 
-    Reference used to verify: the paper's ``get_slopes`` and HF BLOOM's
-    ``build_alibi_tensor``.
+    Reference used to verify: the paper's ``get_slopes``, HF BLOOM's
+    ``build_alibi_tensor`` and HF MPT's ``build_mpt_alibi_tensor``.
 
     Args:
         num_heads: number of attention heads (any count, not only powers of two).
+        max_bias: the slopes run 2^(−max_bias/n) … 2^(−max_bias); 8 in the paper
+            (MPT's ``alibi_bias_max``).
     """
 
     name: ClassVar[str] = "alibi"
 
-    def __init__(self, *, num_heads: int) -> None:
+    def __init__(self, *, num_heads: int, max_bias: float = 8.0) -> None:
         super().__init__(num_heads=num_heads)
-        self.register_buffer("slopes", alibi_slopes(num_heads).float(), persistent=False)
+        self.register_buffer("slopes", alibi_slopes(num_heads, max_bias).float(), persistent=False)
+        self.max_bias = float(max_bias)
 
     def attention_bias(self, q_pos: Tensor, k_pos: Tensor, q: Tensor | None = None) -> Tensor:
         distance = relative_distance(q_pos, k_pos).abs().to(self.slopes.device)  # (Tq, Tk) | (B, Tq, Tk)
-        slopes = _slopes(self.num_heads).to(distance.device)  # float64, exact (checked when built)
+        slopes = _slopes(self.num_heads, self.max_bias).to(distance.device)  # float64, exact (checked when built)
         bias = -slopes.view(-1, 1, 1) * distance.unsqueeze(-3).double()  # (H, Tq, Tk) | (B, H, Tq, Tk)
         return bias.to(self.slopes.dtype)  # float32, or float64 after model.double()
 
     def options(self) -> dict[str, Any]:
-        return {"num_heads": self.num_heads}
+        return {"num_heads": self.num_heads} | ({"max_bias": self.max_bias} if self.max_bias != 8.0 else {})
 
 
 def t5_bucket(relative_position: Tensor, *, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:

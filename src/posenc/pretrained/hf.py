@@ -33,8 +33,11 @@ from torch import Tensor, nn
 
 from posenc.families import config_from_hf, family_named
 from posenc.formats import CheckpointError, load_checkpoint
+from posenc.families.hf_config import HFConfig
+from posenc.formats.finite import check_finite
 from posenc.models.llama import LlamaConfig, LlamaLM, build_llama
 from posenc.positions import convert_qk_weight
+from posenc.validation import regular_file
 
 PAIRINGS = ("interleaved", "half")
 
@@ -122,6 +125,7 @@ def load_llama_weights(model: LlamaLM, tensors: Iterable[tuple[str, Tensor]], *,
                 raise CheckpointError(f"{source}: tensor {hf_name!r} has shape {tuple(tensor.shape)}, the config "
                                       f"implies {want}; config.json and the weights disagree — use the files of one "
                                       "model")
+            check_finite(hf_name, tensor, source=source, dtype=dtype)  # NaN/inf weights named here, not as nan output
             tensor = _to_pairing(name, tensor.to(dtype), cfg, source_pairing).to(device)
             module_name, _, attr = name.rpartition(".")
             setattr(model.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
@@ -148,14 +152,19 @@ def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     folder = Path(path)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: not a model folder (expected config.json + *.safetensors)")
-    if not (folder / "config.json").is_file():
+    if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no config.json; a model folder needs config.json next to its "
                                 ".safetensors weights (download it from the model's repository)")
+    config_path = regular_file(folder / "config.json", "config.json")
     try:
-        hf = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        hf = json.loads(config_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
-        raise ValueError(f"{folder / 'config.json'}: not valid JSON ({err})") from None
-    config = llama_config_from_hf(hf, pairing=pairing, source=str(folder / "config.json"))
+        raise ValueError(f"{config_path}: not valid JSON ({err})") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{config_path}: not UTF-8 text ({err.reason} at byte {err.start}); "
+                         "use the config.json that came with the weights") from None
+    HFConfig(hf, source=str(config_path))  # a JSON object, not a list or a number
+    config = llama_config_from_hf(hf, pairing=pairing, source=str(config_path))
     ckpt = load_checkpoint(folder)
     model = build_llama(config, device="meta")
     tensors = ((name, ckpt.tensor(name)) for name in ckpt.names())  # read one at a time, as loaded

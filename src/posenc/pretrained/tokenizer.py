@@ -62,23 +62,15 @@ class Tokenizer:
         if not self.chat_template:
             raise ValueError("this model's tokenizer has no chat template; drop --chat and give the raw prompt")
         try:
-            import jinja2
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
+            import jinja2  # noqa: F401
         except ImportError:
             raise ValueError("chat templates need the 'jinja2' package: pip install 'posenc[models]'") from None
+        from posenc.pretrained.chat_template import render
 
-        def raise_exception(message: str) -> None:
-            raise ValueError(f"chat template: {message}")
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
-        env.globals["raise_exception"] = raise_exception
         bos = self.token(self.bos_id) if self.bos_id is not None else ""
         eos = self.token(self.eos_id) if self.eos_id is not None else ""
-        try:
-            return env.from_string(self.chat_template).render(
-                messages=messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos)
-        except jinja2.TemplateError as err:
-            raise ValueError(f"the model's chat template failed to render: {err}") from None
+        return render(self.chat_template, messages=messages, add_generation_prompt=add_generation_prompt,
+                      bos_token=bos, eos_token=eos)
 
     def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
         """Ids of the rendered chat: the template writes its own special tokens, so none are added."""
@@ -96,11 +88,30 @@ def _special_id(tok: HFTokenizer, value: Any) -> int | None:
     return tok.token_to_id(value) if isinstance(value, str) else None
 
 
+def _json_object(path: Path) -> dict[str, Any]:
+    """A JSON file that must hold an object, read with every failure named by file."""
+    from posenc.validation import regular_file
+
+    regular_file(path, path.name)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); re-download it") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err}); re-download it") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: must hold a JSON object, got {type(data).__name__}; re-download it")
+    return data
+
+
 def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | None:
     """The tokenizer of an HF model folder (``tokenizer.json``), or None when the folder has none."""
     path = folder / "tokenizer.json"
-    if not path.is_file():
+    if not path.exists():
         return None
+    from posenc.validation import regular_file
+
+    regular_file(path, "tokenizer.json")  # a FIFO would block the read
     try:
         from tokenizers import Tokenizer as HFTokenizer
     except ImportError:
@@ -112,19 +123,31 @@ def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | No
             from None
     extra: dict[str, Any] = {}
     config_path = folder / "tokenizer_config.json"
-    if config_path.is_file():
-        extra = json.loads(config_path.read_text(encoding="utf-8"))
+    if config_path.exists():
+        extra = _json_object(config_path)
     template = extra.get("chat_template")
     if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+        if not all(isinstance(t, dict) for t in template):
+            raise ValueError(f"{config_path}: chat_template must be a string or a list of "
+                             '{"name": ..., "template": ...} objects')
         named = {t.get("name"): t.get("template") for t in template}
         template = named.get("default") or next(iter(named.values()), None)
+    if template is not None and not isinstance(template, str):
+        raise ValueError(f"{config_path}: chat_template must be a string, got {type(template).__name__}")
     if template is None and (folder / "chat_template.jinja").is_file():
         template = (folder / "chat_template.jinja").read_text(encoding="utf-8")
     bos = _special_id(tok, extra.get("bos_token"))
     bos = hf_config.get("bos_token_id") if bos is None else bos
     eos = _special_id(tok, extra.get("eos_token"))
     eos_ids = hf_config.get("eos_token_id")
-    eos_ids = [eos_ids] if isinstance(eos_ids, int) else list(eos_ids or [])
+    eos_ids = [eos_ids] if isinstance(eos_ids, int) else eos_ids or []
+    vocab = tok.get_vocab_size(with_added_tokens=True)
+    for key, ids in (("bos_token_id", [] if bos is None else [bos]), ("eos_token_id", eos_ids)):
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab
+                                                for i in ids):
+            raise ValueError(f"{folder}: {key} {ids!r} (config.json / tokenizer_config.json) must be token ids "
+                             f"from 0 to {vocab - 1:,} of {path.name}; use the files of one model")
+    eos_ids = list(eos_ids)
     if eos is None and eos_ids:
         eos = eos_ids[0]
     if eos is not None and eos not in eos_ids:

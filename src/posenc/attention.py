@@ -290,7 +290,8 @@ class MultiHeadAttention(nn.Module):
         if cache is not None and cache.static and cache.k is not None:
             k, v, k_pos = cache.k, cache.v, cache.positions
             assert v is not None and k_pos is not None
-            q = self.position.rotate_query(q, q_pos)  # keys were rotated when the cache was filled
+            if not self.position.remaps:  # a remapping scheme rotates per (query, key) pair, in _remapped
+                q = self.position.rotate_query(q, q_pos)  # keys were rotated when the cache was filled
         else:
             source = x if self_attention else context
             assert source is not None
@@ -302,7 +303,8 @@ class MultiHeadAttention(nn.Module):
                 k_pos = q_pos if self_attention else default_positions(source.shape[1], device=x.device)
             if k_pos is not q_pos:  # q_pos was checked above
                 k_pos = check_positions(k_pos, name="k_pos")
-            q, k = self.position.rotate(q, k, q_pos, k_pos)
+            if not self.position.remaps:  # a remapping scheme's cache holds raw keys, rotated per piece later
+                q, k = self.position.rotate(q, k, q_pos, k_pos)
             if cache is not None:
                 if cache.static:
                     cache.k, cache.v, cache.positions = k, v, k_pos
@@ -316,7 +318,11 @@ class MultiHeadAttention(nn.Module):
             q = (q * factors[:, None]).to(q.dtype)
 
         windowed = not self.window.full and causal and self_attention
-        if windowed and self.window.binds(k_start, offset + q_len - 1):
+        if self.position.remaps:
+            out, weights = self._remapped(q, k, v, q_pos, k_pos, causal=causal, k_start=k_start, windowed=windowed,
+                                          valid_lens=valid_lens, key_padding_mask=key_padding_mask,
+                                          need_weights=need_weights)
+        elif windowed and self.window.binds(k_start, offset + q_len - 1):
             if valid_lens is not None or key_padding_mask is not None:
                 raise ValueError(f"{self.window} attention takes no valid_lens or key_padding_mask; "
                                  "pad on the right and drop the padded outputs instead")
@@ -333,6 +339,23 @@ class MultiHeadAttention(nn.Module):
             cache.keep_from(self.window.first_visible(offset + q_len))  # what the next query can still see
         out = out.transpose(1, 2).reshape(batch, q_len, self.num_heads * self.head_dim)  # (B, Tq, H·Dh)
         return self.out_proj(out), weights
+
+    def _remapped(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, *, causal: bool, k_start: int,
+                  windowed: bool, valid_lens: Tensor | None, key_padding_mask: Tensor | None,
+                  need_weights: bool) -> tuple[Tensor, Tensor | None]:
+        """A remapping scheme's attention (``posenc.positions.remap``): unrotated q and k, blockwise, online softmax.
+
+        The queries are the last Tq of the keys held (sequence indices k_start + Tk − Tq …), as for the causal mask.
+        """
+        from posenc.positions.remap import remap_attention
+
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        allowed = build_mask(batch=q.shape[0], q_len=q_len, k_len=k_len, valid_lens=valid_lens,
+                             key_padding_mask=key_padding_mask, device=q.device)
+        return remap_attention(self.position, q, k, v, q_pos, k_pos, scale=self.scale, causal=causal,  # type: ignore[arg-type]
+                               q_index=k_start + k_len - q_len, k_index=k_start, window=self.window if windowed else FULL,
+                               allowed=allowed, sinks=self.sinks, dropout=self.dropout if self.training else 0.0,
+                               need_weights=need_weights)
 
     def _windowed(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, *, offset: int,
                   k_start: int) -> Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -88,3 +89,34 @@ def test_document_too_short_is_a_clear_error(tiny_model, tokenizer, tmp_path, l0
     cfg = _config(l0, documents=(str(short),), passkey_lengths=())
     with pytest.raises(ValueError, match="fewer than the 128"):
         Grid(tiny_model, tokenizer, cfg, CellStore(None), model_id="tiny", progress=False, log=lambda _: None).run()
+
+
+def test_shards_split_the_cells_and_together_make_the_grid(tiny_model, tokenizer, tmp_path, l0):
+    """Every task × length × variant: two shards run disjoint cells into one store; their union is the whole grid."""
+    cfg = _config(l0, methods=("rope", "rope-dynamic-ntk-fixed", "self-extend", "dca"), documents=(),
+                  passkey_lengths=(900,), passkey_trials=2, tasks=("passkey", "multikey", "multivalue"))
+    whole = Grid(tiny_model, tokenizer, cfg, CellStore(None), model_id="tiny", progress=False, log=lambda _: None).run()
+    # rope and dca have no factor: 4 variants (rope, dca, fixed NTK ×2, self-extend ×2) × 3 tasks
+    assert len(whole) == 12 and {c["task"] for c in whole} == {"passkey", "multikey", "multivalue"}
+    assert all(len(c["trials"]) == 2 for c in whole)
+    names = set()
+    for i in range(2):
+        shard = dataclasses.replace(cfg, shard=(i, 2))
+        part = Grid(tiny_model, tokenizer, shard, CellStore(tmp_path), model_id="tiny", progress=False,
+                    log=lambda _: None).run()
+        assert len(part) == 6 and not names & {c["name"] for c in part}
+        names |= {c["name"] for c in part}
+    assert names == {c["name"] for c in whole}
+    same = {c["name"]: [t["answer"] for t in c["trials"]] for c in whole}
+    assert {c["name"]: [t["answer"] for t in c["trials"]] for c in CellStore(tmp_path).all()} == same
+    with pytest.raises(ValueError, match="shard"):
+        _config(l0, shard=(2, 2))
+
+
+def test_every_method_answers_the_same_prompts(tiny_model, tokenizer, l0):
+    cfg = _config(l0, methods=("rope", "rerope", "string"), documents=(), passkey_lengths=(900,), passkey_trials=5,
+                  tasks=("multikey",))
+    cells = Grid(tiny_model, tokenizer, cfg, CellStore(None), model_id="tiny", progress=False, log=lambda _: None).run()
+    keys = {c["method"]: [(t["key"], t["depth"], t["prompt_tokens"]) for t in c["trials"]] for c in cells}
+    assert keys["rope"] == keys["rerope"] == keys["string"]
+    assert [d for _, d, _ in keys["rope"]] == [0.0, 0.25, 0.5, 0.75, 1.0]

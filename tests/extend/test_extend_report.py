@@ -137,3 +137,25 @@ def test_a_breaking_bucket_always_holds_a_breaking_window(l0, seed):
             assert fine is not None and fine < at + l0 // 2
         in_range = summarise([_nll_cell(nll, l0)])["loss"]["d"]["rows"][0]["in_range_ppl"]
         assert first_break(nll, in_range, max(1, l0 // 16), start=l0) in (None, *range(l0, len(nll) + 1))
+
+
+def test_paired_tests_in_the_summary_and_the_pages(tmp_path):
+    from posenc.extend.report import markdown, summarise, write_report
+
+    def cell(method, factor, found, task="multikey"):
+        return {"kind": "passkey", "task": task, "method": method, "factor": factor, "length": 128,
+                "original_max_len": 64, "name": f"{task}-{method}",
+                "trials": [{"correct": f, "prompt_tokens": 120, "seconds": 0.1} for f in found]}
+
+    cells = [cell("rope", None, [False] * 20), cell("rope-yarn", 2.0, [True] * 15 + [False] * 5),
+             cell("dca", None, [True] * 2 + [False] * 18), cell("rope", None, [True] * 3, task="passkey")]
+    summary = summarise(cells)
+    (group,) = summary["paired_tests"]  # the passkey task has one method: nothing to compare
+    assert group["task"] == "multikey" and len(group["comparisons"]) == 3
+    sig = {(c["first"], c["second"]): c["better"] for c in group["comparisons"] if c["significant"]}
+    assert sig == {("rope", "rope-yarn ×2"): "rope-yarn ×2", ("dca", "rope-yarn ×2"): "rope-yarn ×2"}
+    assert any("significant at 0.05: rope-yarn ×2 > rope" in s for s in summary["reading"])
+    text = markdown(summary, {"command": "test"})
+    assert "## Paired comparisons" in text and "**rope-yarn ×2 better**" in text
+    paths = write_report(cells, tmp_path, {"command": "test"})
+    assert "Paired comparisons" in paths["html"].read_text() and (tmp_path / "passkey.png").exists()

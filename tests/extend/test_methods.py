@@ -7,11 +7,19 @@ import dataclasses
 import pytest
 import torch
 
-from posenc.extend.methods import METHODS, build_variant, check_methods, method_options, variant_config
-from posenc.positions import RoPE, ScaledRoPE
+from posenc.extend.methods import (
+    FIXED_NTK,
+    REMAPS,
+    SCALINGS,
+    build_variant,
+    check_methods,
+    method_options,
+    variant_config,
+)
+from posenc.positions import RemapScheme, RoPE, ScaledRoPE
 from posenc.transformer import ModelConfig, build_decoder_only
 
-SCALED = [m for m in METHODS if m != "rope"]
+SCALED = [m for m in SCALINGS if m != FIXED_NTK]
 
 
 @pytest.mark.parametrize("method", SCALED)
@@ -73,3 +81,100 @@ def test_bad_methods_and_checkpoints(l0):
     with pytest.raises(ValueError, match="two schemes"):
         variant_config(scaled, "rope-yarn", factor=2.0, original_max_len=l0)
     build_decoder_only(scaled)  # the config itself is valid; only stacking is refused
+
+
+# -- the remapping methods, the fixed dynamic NTK, and which layers change ---------------------------------
+
+
+@pytest.mark.parametrize("method", REMAPS)
+def test_remapping_methods_are_the_registered_schemes(tiny_model, l0, method):
+    variant = build_variant(tiny_model, method, factor=2.0, original_max_len=l0)
+    schemes = [m for m in variant.modules() if isinstance(m, RemapScheme)]
+    assert schemes and all(s.name == method and s.base == tiny_model.config.position_options["base"] for s in schemes)
+    for name, value in tiny_model.state_dict().items():
+        assert torch.equal(variant.state_dict()[name], value)
+
+
+@pytest.mark.parametrize("factor", [2.0, 4.0])
+@pytest.mark.parametrize("l0", [64, 8192])
+def test_chosen_options_keep_relative_positions_in_range_at_s_times_l0(factor, l0):
+    """Self-Extend's G and Leaky ReRoPE's k are chosen so that s·L₀ tokens use relative positions < L₀."""
+    from posenc.positions import build
+
+    for method in ("self-extend", "rerope-leaky", "rerope", "dca"):
+        opts = method_options(method, factor=factor, original_max_len=l0)
+        scheme = build(method, dim=16, num_heads=2, **opts)
+        length = int(factor * l0) if l0 <= 64 else 1024  # the closed form at L₀ = 8192, checked at its ends below
+        if l0 <= 64:
+            assert scheme.largest_relative_position(length) <= l0, (method, opts)
+        i, j = torch.tensor([int(factor * l0) - 1]), torch.tensor([0])
+        assert float(scheme.relative_position(i, j)) <= l0, (method, opts)
+    assert method_options("string", factor=None, original_max_len=8192) == {"shift": 2730, "local_window": 128}
+    assert method_options("dca", factor=None, original_max_len=8192) == {"chunk_size": 8192, "local_size": 256}
+
+
+def test_fixed_dynamic_ntk_needs_the_length_and_takes_it_per_pass(tiny_model, gen, l0):
+    from posenc.extend.methods import set_sequence_length
+    from posenc.positions import DynamicNTKRoPE
+
+    with pytest.raises(ValueError, match="whole sequence's length.*KV cache"):
+        build_variant(tiny_model, FIXED_NTK, factor=2.0, original_max_len=l0)
+    ids = torch.randint(0, 257, (1, 3 * l0), generator=gen)
+    fixed = build_variant(tiny_model, FIXED_NTK, factor=2.0, original_max_len=l0, length=3 * l0)
+    # one base for every position: the static NTK formula at α = s·(T − L₀)/L₀ + 1, i.e. HF's full forward at T
+    alpha = 2.0 * (3 * l0 - l0) / l0 + 1
+    static = build_variant(tiny_model, "rope-ntk", factor=alpha, original_max_len=l0)
+    torch.testing.assert_close(fixed(ids), static(ids), rtol=1e-5, atol=1e-5)
+    # a new length changes the base at the next pass; within L₀ it is plain RoPE
+    assert set_sequence_length(fixed, l0) == sum(isinstance(m, DynamicNTKRoPE) for m in fixed.modules())
+    torch.testing.assert_close(fixed(ids[:, :l0]), tiny_model(ids[:, :l0]), rtol=1e-5, atol=1e-5)
+    per_position = build_variant(tiny_model, "rope-dynamic-ntk", factor=2.0, original_max_len=l0)
+    assert not torch.allclose(per_position(ids), static(ids), atol=1e-3)
+
+
+def _gemma_like(**changes):
+    from posenc.models.llama import LlamaConfig
+
+    sliding = {"position": "rope", "position_options": {"base": 10000.0}, "window": {"kind": "sliding", "size": 16}}
+    full = {"position": "rope", "position_options": {"base": 1e6}}
+    plan = [sliding, sliding, full, {"position": "none"}, sliding, full]
+    return LlamaConfig(vocab_size=50, dim=32, num_heads=4, num_kv_heads=2, ffn_dim=48, num_layers=6,
+                       layer_plan=plan, **changes)
+
+
+def test_layers_all_global_rotary_and_the_family_default():
+    from posenc.extend.methods import default_layers, selected_layers
+
+    cfg = _gemma_like(family="gemma3")
+    assert default_layers(cfg) == "global" and selected_layers(cfg) == [2, 5]
+    assert selected_layers(cfg, "rotary") == [0, 1, 2, 4, 5]
+    with pytest.raises(ValueError, match="layer\\(s\\) \\[3\\].*'none'.*--layers rotary"):
+        selected_layers(cfg, "all")
+    assert default_layers(_gemma_like()) == "rotary"  # a family not listed, with a NoPE layer: every RoPE layer
+    assert selected_layers(ModelConfig(vocab_size=10, dim=16, num_heads=2)) is None  # one scheme for all
+    new = variant_config(cfg, "rope-yarn", factor=2.0, original_max_len=64)
+    plan = new.plan
+    assert [p.position for p in plan] == ["rope", "rope", "rope-yarn", "none", "rope", "rope-yarn"]
+    assert plan[2].position_options == {"base": 1e6, "factor": 2.0, "original_max_len": 64}
+    assert plan[0].position_options == {"base": 10000.0} and plan[0].window.kind == "sliding"
+    rotary = variant_config(cfg, "self-extend", factor=2.0, original_max_len=64, layers="rotary").plan
+    assert [p.position for p in rotary] == ["self-extend"] * 3 + ["none", "self-extend", "self-extend"]
+    assert rotary[1].window.kind == "sliding" and rotary[1].position_options["base"] == 10000.0
+    with pytest.raises(ValueError, match="not one of"):
+        selected_layers(cfg, "odd")
+
+
+def test_global_layers_variant_runs_and_caches(seed):
+    from posenc.extend.methods import build_variant
+    from posenc.models.llama import build_llama
+
+    model = build_llama(_gemma_like(family="gemma3")).double().eval()
+    variant = build_variant(model, "dca", factor=None, original_max_len=24).double()
+    ids = torch.randint(0, 50, (1, 60))
+    with torch.no_grad():
+        full = variant(ids)
+        cache = variant.new_cache()
+        steps = torch.cat([variant(ids[:, :20], cache=cache)] + [variant(ids[:, t:t + 1], cache=cache)
+                                                                  for t in range(20, 60)], dim=1)
+    torch.testing.assert_close(steps, full, rtol=1e-9, atol=1e-9)
+    assert not torch.allclose(full, model(ids))  # the global layers changed

@@ -1,9 +1,13 @@
-"""``posenc extend``: what each RoPE scaling method does to a pretrained model past its trained length.
+"""``posenc extend``: what each context-extension method does to a pretrained model past its trained length.
 
-For a checkpoint (HF folder or .gguf, loaded into posenc's own Llama modules)
-and each method × factor, without fine-tuning: perplexity by position over
-one long causal pass per document, and passkey retrieval by prompt length.
-Cells are saved as they finish; the same command again resumes.
+For a checkpoint (HF folder or .gguf, loaded into posenc's own modules) and
+each method × factor, without fine-tuning: perplexity by position over one
+long causal pass per document, and needle retrieval (single- and multi-key
+passkeys, RULER's multi-value needle) by prompt length, with Wilson intervals
+and paired exact McNemar tests between methods. Methods are RoPE frequency
+scalings and position remappings (Self-Extend, ReRoPE, Leaky ReRoPE, STRING,
+Dual Chunk Attention). Cells are saved as they finish; the same command again
+resumes; --shard I/N runs every N-th cell so several sittings share a grid.
 
     posenc extend SmolLM2-135M-Instruct.Q4_1.gguf --text bible --text licenses --factors 2 --out runs/extend
 """
@@ -43,7 +47,8 @@ def _csv(kind: type, flag: str, *, above: float = 0):
 
 def register(sub: argparse._SubParsersAction) -> None:
     from posenc.cli_options import add_device, add_dtype, add_json, add_out, add_quiet, add_seed, add_threads
-    from posenc.extend.methods import METHODS
+    from posenc.extend.methods import FAMILY_LAYERS, LAYER_CHOICES, METHODS
+    from posenc.extend.retrieval import TASKS
     from posenc.families.hf_config import MAX_CONTEXT
     from posenc.validation import int_at_least
 
@@ -60,12 +65,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--factors", type=_csv(float, "--factors"), default=[2.0],
                    help="extension factors for the scaled methods (default 2)")
     p.add_argument("--lengths", type=_csv(int, "--lengths", above=1), default=None,
-                   help="passkey prompt lengths in tokens (default L0/2, L0, and max-factor·L0)")
+                   help="retrieval prompt lengths in tokens (default L0/2, L0, 1.5·L0, 2·L0, and 4·L0 when a factor "
+                        "is ≥ 4)")
+    p.add_argument("--tasks", type=_csv(str, "--tasks"), default=["passkey"],
+                   help=f"retrieval tasks, comma-separated: {', '.join(TASKS)} (default passkey)")
+    p.add_argument("--layers", choices=LAYER_CHOICES, default=None,
+                   help="which layers a method changes in a model with a layer plan: all, global (full-window "
+                        "layers) or rotary (RoPE layers); default: what the family does itself — "
+                        + ", ".join(f"{k}: {v}" for k, v in FAMILY_LAYERS.items())
+                        + "; any other family: all (rotary when some layer has no RoPE)")
+    p.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only cells I, I+N, I+2N, … of the grid's fixed order (0 <= I < N); shards share --out")
     p.add_argument("--max-tokens", type=int_at_least(0, MAX_CONTEXT), default=None,
                    help="tokens in each loss pass, the longest position measured (default max-factor·L0); 0 skips "
                         "the loss part")
-    p.add_argument("--passkey-trials", type=int_at_least(0, 10**6), default=5, metavar="N",
-                   help="passkey trials per length and method; 0 skips passkey (default 5)")
+    p.add_argument("--passkey-trials", type=int_at_least(0, 10**6), default=20, metavar="N",
+                   help="retrieval trials per task, length and method (the same prompts for every method; depths "
+                        "0, ¼, ½, ¾, 1 in turn); 0 skips retrieval (default 20)")
     p.add_argument("--original-max-len", type=int_at_least(2, MAX_CONTEXT), default=None, metavar="L0",
                    help="trained context L0 given to the schemes (default: the model's max_position_embeddings)")
     p.add_argument("--quick", action="store_true",
@@ -110,7 +126,7 @@ def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
         texts = texts[:1]
     else:
         max_tokens = int(top * l0) if args.max_tokens is None else args.max_tokens
-        lengths = args.lengths or sorted({l0 // 2, l0, int(top * l0)})
+        lengths = args.lengths or sorted({l0 // 2, l0, int(1.5 * l0), 2 * l0, *([4 * l0] if top >= 4 else [])})
         trials = args.passkey_trials
     if max_tokens == 0 and trials == 0:
         raise ValueError("--max-tokens 0 skips the loss part and --passkey-trials 0 skips passkey: nothing would be "
@@ -123,7 +139,21 @@ def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
         raise ValueError(f"--passkey-trials must be >= 0 and --lengths positive, got {trials} and {lengths}")
     return GridConfig(methods=tuple(check_methods(args.methods)), factors=tuple(factors), documents=texts,
                       loss_length=max_tokens, passkey_lengths=tuple(lengths) if trials else (),
-                      passkey_trials=trials, original_max_len=int(l0), seed=args.seed)
+                      passkey_trials=trials, original_max_len=int(l0), seed=args.seed,
+                      tasks=tuple(args.tasks), layers=args.layers, shard=parse_shard(args.shard))
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``I/N`` → (I, N) with 0 ≤ I < N."""
+    if text is None:
+        return None
+    try:
+        i, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes I/N (e.g. 0/4), got {text!r}") from None
+    if not 0 <= i < n:
+        raise ValueError(f"--shard {text}: need 0 <= I < N")
+    return i, n
 
 
 def _model_id(path: Path) -> str:

@@ -283,6 +283,9 @@ PROPERTY_NS_PER_ENTRY: dict[str, float] = {
     "rope-proportional": 75, "rope-ntk-mixed": 75,
     # query temperatures (a per-position factor through the rotary hook): RoPE's figure, not measured
     "llama4-temperature": 75, "ssmax": 75, "mrope": 75,
+    # position remapping (issue 26): r(i, j) per entry, its distinct values sorted, Σ_p cos per value: measured
+    # 700-750 ns per entry at d = 66, L = 2,048 (one head, load ~6), rounded up
+    "self-extend": 800, "rerope": 800, "rerope-leaky": 800, "string": 800, "dca": 800,
     # not measured: FoPE's einsum over kept frequencies and PoPE's doubled width cost more than RoPE; CoPE
     # computes a (H, n, n) gate matrix and cumulative sums, a multiple of Shaw's cost (estimates, to calibrate)
     "fope": 150, "pope": 150, "cope": 300,
@@ -310,6 +313,7 @@ VIEW_SECONDS: dict[str, float] = {
     "shaw": 0.2, "sinusoidal": 0.64, "t5": 0.29, "xpos": 0.37,
     "rope-proportional": 0.34, "rope-ntk-mixed": 0.34,  # RoPE's (same code path), not measured separately
     "llama4-temperature": 0.34, "ssmax": 0.34, "mrope": 0.34,  # RoPE's, not measured
+    "self-extend": 0.34, "rerope": 0.34, "rerope-leaky": 0.34, "string": 0.34, "dca": 0.34,  # RoPE's table
     "fope": 0.5, "pope": 0.5, "cope": 0.6,  # estimates, not measured
 }
 #: FIRE's view runs its MLP on the profile's sampled rows × L: nanoseconds per such pair and unit of

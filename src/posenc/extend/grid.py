@@ -1,8 +1,11 @@
-"""The measurement grid: loss cells (method × factor × document) and passkey cells (length × method × factor).
+"""The measurement grid: loss cells (method × factor × document) and retrieval cells (task × length × method × factor).
 
 Each method's model is built once per (method, factor) and used for every
-cell that needs it; every cell is saved as it finishes (``CellStore``) and
-skipped on a rerun with the same settings.
+cell that needs it; every cell is saved as it finishes (``CellStore``; a
+retrieval cell after every trial) and skipped on a rerun with the same
+settings. ``GridConfig.shard = (i, n)`` runs every n-th cell from the i-th
+(in the grid's fixed order), so n processes — or n sittings — share a grid
+and each saves its own cells into one store.
 
 Example (a tiny random model; see ``posenc extend`` for a real checkpoint)::
 
@@ -25,8 +28,9 @@ from torch import nn
 from posenc.extend.cells import CellStore, cell_name
 from posenc.extend.forward import sdpa_spy
 from posenc.extend.loss import bucket_edges, bucket_perplexity, smoothed_curve, token_nll
-from posenc.extend.methods import PLAIN, build_variant, method_options
-from posenc.extend.passkey import build_prompt, greedy_continuation, make_trial, score
+from posenc.extend.methods import FACTORLESS, PLAIN, build_variant, method_options, needs_length, set_sequence_length
+from posenc.extend.passkey import greedy_continuation
+from posenc.extend.retrieval import TASKS, answer_tokens, build_prompt, make_trial, score
 from posenc.extend.texts import Document, doc_tokens, load_document
 
 
@@ -39,12 +43,15 @@ class GridConfig:
         factors: extension factors s for the scaled methods.
         documents: ``bible``, ``licenses`` or text file paths.
         loss_length: tokens in each loss pass (the longest length measured).
-        passkey_lengths: prompt lengths in tokens (empty: no passkey cells).
-        passkey_trials: trials per (length, method, factor); the same prompts for every method.
+        passkey_lengths: retrieval prompt lengths in tokens (empty: no retrieval cells).
+        passkey_trials: trials per (task, length, method, factor); the same prompts for every method.
         original_max_len: L₀ given to the schemes (and the bucket width L₀/2).
-        seed: seeds the passkey keys and depths.
-        answer_tokens: greedy tokens decoded per passkey answer.
+        seed: seeds the keys (depths are the fixed grid of ``retrieval.DEPTHS``).
+        answer_tokens: greedy tokens decoded per single-key answer (multi-value questions get more).
         chunk: positions per logits block in the loss.
+        tasks: retrieval tasks (``retrieval.TASKS``).
+        layers: which layers a method changes (``methods.selected_layers``); None: what the family does.
+        shard: (i, n): run only the cells whose index in the grid's order is i mod n.
     """
 
     methods: tuple[str, ...]
@@ -57,11 +64,24 @@ class GridConfig:
     seed: int = 0
     answer_tokens: int = 8
     chunk: int = 1024
+    tasks: tuple[str, ...] = ("passkey",)
+    layers: str | None = None
+    shard: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if unknown:
+            raise ValueError(f"unknown retrieval task(s) {unknown}; valid tasks: {', '.join(TASKS)}")
+        if self.shard is not None:
+            i, n = self.shard
+            if not (isinstance(i, int) and isinstance(n, int) and 0 <= i < n):
+                raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {self.shard}")
 
     def variants(self) -> list[tuple[str, float | None]]:
-        """(method, factor) pairs: plain RoPE once, every other method at every factor."""
-        return [(m, None) for m in self.methods if m == PLAIN] + [
-            (m, f) for m in self.methods if m != PLAIN for f in self.factors]
+        """(method, factor) pairs: methods without a factor once (plain RoPE, ReRoPE, STRING, DCA), the rest at
+        every factor."""
+        return [(m, None) for m in self.methods if m in FACTORLESS] + [
+            (m, f) for m in self.methods if m not in FACTORLESS for f in self.factors]
 
 
 def _factor_tag(factor: float | None) -> str | None:
@@ -101,7 +121,8 @@ class Grid:
         if self._variant is None or self._variant[0] != key:
             self._variant = None  # free the previous variant before building the next
             model = build_variant(self.model, method, factor=factor, original_max_len=self.cfg.original_max_len,
-                                  builder=self.builder)
+                                  builder=self.builder, layers=self.cfg.layers,
+                                  length=self.cfg.original_max_len if needs_length(method) else None)
             self._variant = (key, model)
         return self._variant[1]
 
@@ -118,8 +139,13 @@ class Grid:
     # -- loss by position ------------------------------------------------------------------------
 
     def loss_settings(self, doc: Document) -> dict[str, Any]:
-        return {"model": self.model_id, "document": doc.source, "length": self.cfg.loss_length,
-                "original_max_len": self.cfg.original_max_len}
+        out = {"model": self.model_id, "document": doc.source, "length": self.cfg.loss_length,
+               "original_max_len": self.cfg.original_max_len}
+        return out if self.cfg.layers is None else {**out, "layers": self.cfg.layers}
+
+    def options(self, method: str, factor: float | None, length: int) -> dict[str, Any]:
+        return method_options(method, factor=factor, original_max_len=self.cfg.original_max_len,
+                              length=length if needs_length(method) else None)
 
     def loss_cell(self, spec: str, method: str, factor: float | None) -> dict[str, Any]:
         doc = self.document(spec)
@@ -131,6 +157,8 @@ class Grid:
             return saved
         ids = doc_tokens(doc, self.tokenizer, self.cfg.loss_length)
         model = self.variant(method, factor)
+        if needs_length(method):  # fixed-mode dynamic NTK: the base of the whole pass
+            set_sequence_length(model, len(ids))
         began = time.perf_counter()
         bar = self._bar(len(getattr(model, "layers", [])), name)
         with sdpa_spy() as calls, layer_progress(model, bar):
@@ -139,8 +167,7 @@ class Grid:
         seconds = time.perf_counter() - began
         edges = bucket_edges(self.cfg.loss_length, self.cfg.original_max_len)
         cell = {"kind": "loss", "name": name, "document": doc.name, "source": doc.source, "method": method,
-                "factor": factor, "options": method_options(method, factor=factor,
-                                                            original_max_len=self.cfg.original_max_len),
+                "factor": factor, "options": self.options(method, factor, len(ids)), "layers": self.cfg.layers,
                 "length": self.cfg.loss_length, "original_max_len": self.cfg.original_max_len,
                 "mean_nll": float(nll.double().mean()), "buckets": bucket_perplexity(nll, edges),
                 "curve": smoothed_curve(nll), "nll": [round(float(x), 4) for x in nll],
@@ -181,55 +208,76 @@ class Grid:
             f"{b['start']}–{b['end']}: {b['ppl']:.2f}" for b in cell["buckets"] if b["ppl"] and b["start"] >= l0))
         return cell
 
-    # -- passkey ---------------------------------------------------------------------------------
+    # -- retrieval --------------------------------------------------------------------------------
 
-    def trials(self, length: int) -> list[Any]:
-        """The trials at ``length``: the same keys and depths for every method (seeded by seed and length)."""
-        rng = random.Random(f"{self.cfg.seed}-{length}")
-        return [make_trial(rng, length) for _ in range(self.cfg.passkey_trials)]
+    def trials(self, length: int, task: str = "passkey") -> list[Any]:
+        """The trials of a task at ``length``: the same keys and depths for every method (seeded by seed, task and
+        length; trial t at depth ``DEPTHS[t mod 5]``)."""
+        rng = random.Random(f"{self.cfg.seed}-{task}-{length}")
+        return [make_trial(rng, task, length, index=t) for t in range(self.cfg.passkey_trials)]
 
-    def passkey_cell(self, length: int, method: str, factor: float | None) -> dict[str, Any]:
-        name = cell_name("passkey", method, _factor_tag(factor), f"L{length}")
-        settings = {"model": self.model_id, "length": length, "original_max_len": self.cfg.original_max_len,
-                    "seed": self.cfg.seed, "answer_tokens": self.cfg.answer_tokens}
+    def passkey_cell(self, length: int, method: str, factor: float | None, task: str = "passkey") -> dict[str, Any]:
+        """One (task, length, method, factor) cell, saved after every trial (a rerun resumes at the next)."""
+        name = cell_name(task, method, _factor_tag(factor), f"L{length}")
+        settings = {"model": self.model_id, "task": task, "length": length,
+                    "original_max_len": self.cfg.original_max_len, "seed": self.cfg.seed,
+                    "answer_tokens": self.cfg.answer_tokens, "depths": "grid-5"}
+        if self.cfg.layers is not None:
+            settings["layers"] = self.cfg.layers
         cell = self.store.load(name, settings) or {
-            "kind": "passkey", "name": name, "method": method, "factor": factor, "length": length,
-            "original_max_len": self.cfg.original_max_len, "trials": [], "settings": settings}
-        todo = self.trials(length)[len(cell["trials"]):]
+            "kind": "passkey", "task": task, "name": name, "method": method, "factor": factor, "length": length,
+            "original_max_len": self.cfg.original_max_len, "layers": self.cfg.layers, "trials": [],
+            "settings": settings}
+        todo = self.trials(length, task)[len(cell["trials"]):]
         if not todo:
             self.log(f"{name}: done earlier, kept")
             return cell
         model = self.variant(method, factor)
         for trial in todo:
             prompt = build_prompt(self.tokenizer, trial)
+            steps = answer_tokens(trial, self.cfg.answer_tokens)
+            if needs_length(method):  # fixed-mode dynamic NTK: one base for prompt + answer
+                set_sequence_length(model, len(prompt.ids) + steps)
             began = time.perf_counter()
-            bar = self._bar(len(getattr(model, "layers", [])) * self.cfg.answer_tokens, name)
+            bar = self._bar(len(getattr(model, "layers", [])) * steps, name)
             with layer_progress(model, bar):
-                answer = self.tokenizer.decode(greedy_continuation(model, prompt.ids, self.cfg.answer_tokens))
+                answer = self.tokenizer.decode(greedy_continuation(model, prompt.ids, steps))
             bar.close()
-            cell["trials"].append({"key": trial.key, "depth": trial.depth, "prompt_tokens": len(prompt.ids),
-                                   "needle_at": prompt.needle_start, "answer": answer,
-                                   "correct": score(answer, trial.key), "seconds": time.perf_counter() - began})
+            found, fraction = score(answer, trial)
+            cell["trials"].append({"keys": list(trial.answers), "key": trial.answers[0], "depth": trial.depth,
+                                   "needles": [[n.key, n.depth] for n in trial.needles], "asked": trial.asked,
+                                   "prompt_tokens": len(prompt.ids), "needle_at": prompt.spans[0][0],
+                                   "answer": answer, "correct": found, "fraction": fraction,
+                                   "seconds": time.perf_counter() - began})
             self.store.save(name, cell)
         correct = sum(t["correct"] for t in cell["trials"])
-        self.log(f"{name}: {correct}/{len(cell['trials'])} keys found")
+        self.log(f"{name}: {correct}/{len(cell['trials'])} found")
         return cell
 
     # -- everything ------------------------------------------------------------------------------
 
-    def run(self) -> list[dict[str, Any]]:
-        """Loss cells first (document by document, every variant), then passkey cells (by length, every variant)."""
-        for length in self.cfg.passkey_lengths:  # a too-short passkey length fails now, not after hours of loss cells
-            build_prompt(self.tokenizer, make_trial(random.Random(0), length))
-        cells = []
+    def plan(self) -> list[tuple[str, Callable[[], dict[str, Any]]]]:
+        """Every cell in the grid's fixed order: (kind, run). Loss cells document by document, every variant (the
+        in-range control after plain RoPE); then retrieval by task and length, every variant."""
+        cells: list[tuple[str, Callable[[], dict[str, Any]]]] = []
         for spec in self.cfg.documents:
             for method, factor in self.cfg.variants():
-                cells.append(self.loss_cell(spec, method, factor))
+                cells.append(("loss", lambda s=spec, m=method, f=factor: self.loss_cell(s, m, f)))
                 if method == PLAIN and self.cfg.loss_length > self.cfg.original_max_len:
-                    cells.append(self.control_cell(spec))
-        for length in self.cfg.passkey_lengths:
-            for method, factor in self.cfg.variants():
-                cells.append(self.passkey_cell(length, method, factor))
+                    cells.append(("control", lambda s=spec: self.control_cell(s)))
+        for task in self.cfg.tasks:
+            for length in self.cfg.passkey_lengths:
+                for method, factor in self.cfg.variants():
+                    cells.append(("passkey", lambda t=task, n=length, m=method, f=factor: self.passkey_cell(n, m, f, t)))
+        return cells
+
+    def run(self) -> list[dict[str, Any]]:
+        """Every cell of the grid (or of its shard), in order; finished ones are read back, not recomputed."""
+        for task in self.cfg.tasks:  # a too-short retrieval length fails now, not after hours of loss cells
+            for length in self.cfg.passkey_lengths:
+                build_prompt(self.tokenizer, make_trial(random.Random(0), task, length, index=0))
+        i, n = self.cfg.shard or (0, 1)
+        cells = [run() for index, (_kind, run) in enumerate(self.plan()) if index % n == i]
         self._variant = None
         return cells
 

@@ -18,6 +18,7 @@ from typing import Any
 from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
 from posenc.extend.passkey import wilson
+from posenc.extend.stats import ALPHA, compare_methods
 from posenc.lab.report import CSS, fmt_number, pyplot
 
 PLAIN = "rope"
@@ -116,18 +117,41 @@ def summarise_loss(cells: Sequence[dict[str, Any]], controls: Sequence[dict[str,
     return docs
 
 
+def _task(cell: dict[str, Any]) -> str:
+    return cell.get("task", "passkey")  # cells recorded before the retrieval tasks are single-key passkeys
+
+
 def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (task, length, method, factor): found / trials with the Wilson 95% interval."""
     rows = []
-    for c in sorted(cells, key=lambda c: (c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
+    for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
         n, k = len(c["trials"]), sum(t["correct"] for t in c["trials"])
         lo, hi = wilson(k, n)
-        rows.append({"length": c["length"], "method": c["method"], "factor": c["factor"],
+        rows.append({"task": _task(c), "length": c["length"], "method": c["method"], "factor": c["factor"],
                      "label": label(c["method"], c["factor"]), "correct": k, "trials": n,
                      "accuracy": k / n if n else None, "wilson_low": lo, "wilson_high": hi,
                      "prompt_tokens": max((t["prompt_tokens"] for t in c["trials"]), default=None),
                      "seconds": sum(t["seconds"] for t in c["trials"]),
                      "original_max_len": c["original_max_len"]})
     return rows
+
+
+def paired_tests(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (task, length): every pair of methods compared on the same prompts (exact McNemar, Holm-adjusted).
+
+    Trials are paired by index (the same seeded prompt for every method); a cell with fewer trials is
+    compared on its first trials only.
+    """
+    groups: dict[tuple[str, int], dict[str, list[bool]]] = {}
+    for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
+        if c["trials"]:
+            groups.setdefault((_task(c), c["length"]), {})[label(c["method"], c["factor"])] = [
+                bool(t["correct"]) for t in c["trials"]]
+    out = []
+    for (task, length), outcomes in groups.items():
+        if len(outcomes) > 1:
+            out.append({"task": task, "length": length, "comparisons": compare_methods(outcomes)})
+    return out
 
 
 def yarn_agreement(loss: dict[str, Any]) -> dict[str, Any]:
@@ -158,7 +182,8 @@ def yarn_agreement(loss: dict[str, Any]) -> dict[str, Any]:
             "agrees": bool(checks) and held == len(checks)}
 
 
-def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: dict[str, Any]) -> list[str]:
+def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: dict[str, Any],
+            tests: Sequence[dict[str, Any]] = ()) -> list[str]:
     """Plain sentences computed from the summary (every number in them is measured)."""
     out = []
     for name, doc in loss.items():
@@ -193,12 +218,20 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: 
                  if r["method"] != PLAIN and r["in_range_vs_plain"] is not None]
         if costs:
             out.append(f"[{name}] in-range cost (perplexity over 0–L₀ relative to plain RoPE): " + ", ".join(costs) + ".")
-    if passkey:
-        lines = {}
+    for task in dict.fromkeys(r["task"] for r in passkey):
+        lines: dict[str, list[str]] = {}
         for r in passkey:
-            lines.setdefault(r["label"], []).append(f"{r['length']}: {r['correct']}/{r['trials']}")
-        out.append("Passkey (keys found / trials by prompt length): "
+            if r["task"] == task:
+                lines.setdefault(r["label"], []).append(f"{r['length']}: {r['correct']}/{r['trials']}")
+        out.append(f"Retrieval, {task} (found / trials by prompt length): "
                    + "; ".join(f"{k} — {', '.join(v)}" for k, v in lines.items()) + ".")
+    for group in tests:
+        sig = [c for c in group["comparisons"] if c["significant"]]
+        worse = lambda c: c["second"] if c["better"] == c["first"] else c["first"]  # noqa: E731
+        said = ", ".join(f"{c['better']} > {worse(c)} (p = {c['p_holm']:.3g})" for c in sig)
+        out.append(f"[{group['task']} at {group['length']}] paired exact McNemar, Holm-adjusted over "
+                   f"{len(group['comparisons'])} pairs: " + (f"significant at {ALPHA:g}: {said}" if sig else
+                                                             f"no difference significant at {ALPHA:g}") + ".")
     if agreement["total"]:
         verdict = "agrees" if agreement["agrees"] else f"agrees on {agreement['held']} of {agreement['total']} checks"
         out.append(f"Against the {agreement['claim']}: this run {verdict}.")
@@ -207,10 +240,13 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: 
 
 def summarise(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     loss = summarise_loss([c for c in cells if c["kind"] == "loss"], [c for c in cells if c["kind"] == "control"])
-    passkey = summarise_passkey([c for c in cells if c["kind"] == "passkey"])
+    retrieval = [c for c in cells if c["kind"] == "passkey"]
+    passkey = summarise_passkey(retrieval)
+    tests = paired_tests(retrieval)
     agreement = yarn_agreement(loss)
-    return {"loss": loss, "passkey": passkey, "yarn_paper": agreement,
-            "reading": reading(loss, passkey, agreement), "thresholds": {"break": BREAK_RATIO, "flat": FLAT_RATIO}}
+    return {"loss": loss, "passkey": passkey, "paired_tests": tests, "yarn_paper": agreement,
+            "reading": reading(loss, passkey, agreement, tests),
+            "thresholds": {"break": BREAK_RATIO, "flat": FLAT_RATIO, "alpha": ALPHA}}
 
 
 # -- figures -----------------------------------------------------------------------------------------
@@ -256,14 +292,26 @@ def plot_loss(cells: Sequence[dict[str, Any]], out: Path) -> list[str]:
     return names
 
 
-def plot_passkey(rows: Sequence[dict[str, Any]], out: Path) -> list[str]:
-    """Accuracy against prompt length with Wilson 95% intervals, one line per method (one panel per factor)."""
-    if not rows:
+def plot_passkey(all_rows: Sequence[dict[str, Any]], out: Path) -> list[str]:
+    """Accuracy against prompt length with Wilson 95% intervals, one line per method: a row of panels (one per
+    factor) per task, in one figure."""
+    if not all_rows:
         return []
     plt = pyplot()
-    factors = sorted({r["factor"] for r in rows if r["factor"] is not None}) or [None]
-    fig, axes = plt.subplots(1, len(factors), figsize=(6.4 * len(factors), 3.6), squeeze=False)
-    for ax, factor in zip(axes[0], factors):
+    tasks = list(dict.fromkeys(r.get("task", "passkey") for r in all_rows))
+    factors = sorted({r["factor"] for r in all_rows if r["factor"] is not None}) or [None]
+    fig, grid = plt.subplots(len(tasks), len(factors), figsize=(6.4 * len(factors), 3.6 * len(tasks)), squeeze=False)
+    for task, axes in zip(tasks, grid):
+        rows = [r for r in all_rows if r.get("task", "passkey") == task]
+        _passkey_panels(axes, rows, factors, task)
+    fig.tight_layout()
+    fig.savefig(out / "passkey.png")
+    plt.close(fig)
+    return ["passkey.png"]
+
+
+def _passkey_panels(axes: Any, rows: Sequence[dict[str, Any]], factors: Sequence[float | None], task: str) -> None:
+    for ax, factor in zip(axes, factors):
         for lab in dict.fromkeys(r["label"] for r in rows if r["factor"] in (None, factor)):
             mine = [r for r in rows if r["label"] == lab]
             x = [r["length"] for r in mine]
@@ -274,13 +322,9 @@ def plot_passkey(rows: Sequence[dict[str, Any]], out: Path) -> list[str]:
         ax.axvline(rows[0]["original_max_len"], color="grey", ls="--", lw=1)
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("prompt length (tokens)")
-        ax.set_ylabel("passkey accuracy")
-        ax.set_title("passkey retrieval" + ("" if factor is None else f", factor {factor:g}"))
+        ax.set_ylabel(f"{task}: found")
+        ax.set_title(f"{task}" + ("" if factor is None else f", factor {factor:g}"))
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "passkey.png")
-    plt.close(fig)
-    return ["passkey.png"]
 
 
 # -- text --------------------------------------------------------------------------------------------
@@ -319,12 +363,23 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                       "L₀ sit at in-range positions (blank buckets: not in that pass)."]
         lines.append("")
     if summary["passkey"]:
-        lines += ["## Passkey retrieval", "", "| length | method | found | accuracy | Wilson 95% | s |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["## Retrieval", "", "| task | length | method | found | accuracy | Wilson 95% | s |",
+                  "|---|---|---|---|---|---|---|"]
         for r in summary["passkey"]:
-            lines.append(f"| {r['length']} | {r['label']} | {r['correct']}/{r['trials']} | "
+            lines.append(f"| {r['task']} | {r['length']} | {r['label']} | {r['correct']}/{r['trials']} | "
                          f"{fmt_number(r['accuracy'])} | {r['wilson_low']:.2f}–{r['wilson_high']:.2f} | "
                          f"{r['seconds']:.0f} |")
+        lines.append("")
+    if summary.get("paired_tests"):
+        lines += ["## Paired comparisons (same prompts)", "",
+                  f"Exact McNemar on the trials two methods disagree on (b: only the first found it, c: only the "
+                  f"second), p Holm-adjusted over every pair at that task and length; significant at {ALPHA:g}.", "",
+                  "| task | length | first | second | b | c | p | p (Holm) | significant |", "|---|---|---|---|---|---|---|---|---|"]
+        for g in summary["paired_tests"]:
+            for c in g["comparisons"]:
+                lines.append(f"| {g['task']} | {g['length']} | {c['first']} | {c['second']} | {c['only_first']} | "
+                             f"{c['only_second']} | {c['p']:.3g} | {c['p_holm']:.3g} | "
+                             f"{'**' + c['better'] + ' better**' if c['significant'] else 'no'} |")
         lines.append("")
     agreement = summary["yarn_paper"]
     if agreement["checks"]:
@@ -379,13 +434,27 @@ def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[s
     if summary["passkey"]:
         parts.append("<section id='passkey'><h2>Passkey retrieval</h2>")
         parts += [f"<img src='{esc(f)}' alt='passkey accuracy'>" for f in figures if f == "passkey.png"]
-        parts.append("<table><tr><th>length</th><th>method</th><th>found</th><th>accuracy</th><th>Wilson 95%</th>"
-                     "<th>seconds</th></tr>")
+        parts.append("<table><tr><th>task</th><th>length</th><th>method</th><th>found</th><th>accuracy</th>"
+                     "<th>Wilson 95%</th><th>seconds</th></tr>")
         for r in summary["passkey"]:
-            parts.append(f"<tr><td>{r['length']}</td><td>{esc(r['label'])}</td><td>{r['correct']}/{r['trials']}</td>"
+            parts.append(f"<tr><td>{esc(r['task'])}</td><td>{r['length']}</td><td>{esc(r['label'])}</td>"
+                         f"<td>{r['correct']}/{r['trials']}</td>"
                          f"<td>{esc(fmt_number(r['accuracy']))}</td><td>{r['wilson_low']:.2f}–{r['wilson_high']:.2f}</td>"
                          f"<td>{r['seconds']:.0f}</td></tr>")
-        parts.append("</table></section>")
+        parts.append("</table>")
+        if summary.get("paired_tests"):
+            parts.append(f"<h3>Paired comparisons (same prompts)</h3><p class='meta'>exact McNemar on discordant trials, "
+                         f"Holm-adjusted per task and length; significant at {ALPHA:g}</p><table><tr><th>task</th>"
+                         "<th>length</th><th>first</th><th>second</th><th>only first</th><th>only second</th><th>p</th>"
+                         "<th>p (Holm)</th><th>significant</th></tr>")
+            for g in summary["paired_tests"]:
+                for c in g["comparisons"]:
+                    verdict = f"{c['better']} better" if c["significant"] else "no"
+                    parts.append(f"<tr><td>{esc(g['task'])}</td><td>{g['length']}</td><td>{esc(c['first'])}</td>"
+                                 f"<td>{esc(c['second'])}</td><td>{c['only_first']}</td><td>{c['only_second']}</td>"
+                                 f"<td>{c['p']:.3g}</td><td>{c['p_holm']:.3g}</td><td>{esc(verdict)}</td></tr>")
+            parts.append("</table>")
+        parts.append("</section>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

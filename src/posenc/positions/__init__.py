@@ -46,6 +46,17 @@ from posenc.positions.fope import FoPE
 from posenc.positions.mrope import MRoPE, pack_positions, unpack_positions
 from posenc.positions.pope import PoPE
 from posenc.positions.randomized import RandomizedPositions
+from posenc.positions.remap import (
+    REMAP_SCHEMES,
+    STRING,
+    DualChunkAttention,
+    LeakyReRoPE,
+    Piece,
+    RemapScheme,
+    ReRoPE,
+    SelfExtend,
+    remap_attention,
+)
 from posenc.positions.relative import ShawRelative
 from posenc.positions.rotary import RoPE, apply_rotary, convert_qk_weight, pairing_permutation
 from posenc.positions.rotary_scaling import (
@@ -196,12 +207,23 @@ for _cls in (
     SinusoidalPositions, LearnedPositions, NaiveIndexPositions, ScaledSinusoidalPositions, RandomizedPositions,
     # rotary
     RoPE, *SCALED_ROPES, *RECENT_ROPES, MRoPE, FoPE, PoPE, XPos, *TEMPERATURES,
+    # rotary, positions remapped per (query, key) pair
+    *REMAP_SCHEMES,
     # bias
     ALiBi, T5RelativeBias, KERPLELog, KERPLEPower, FIRE, ShawRelative, CoPE,
 ):
     register(_cls)
 
 __all__ = [
+    "DualChunkAttention",
+    "LeakyReRoPE",
+    "Piece",
+    "REMAP_SCHEMES",
+    "ReRoPE",
+    "RemapScheme",
+    "STRING",
+    "SelfExtend",
+    "remap_attention",
     "ALiBi",
     "AdditiveScheme",
     "BiasScheme",

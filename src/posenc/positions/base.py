@@ -221,6 +221,11 @@ class PositionScheme(nn.Module):
     #: then forms the weights explicitly instead of calling SDPA.
     uses_weights: bool = False
 
+    #: Whether the scheme's relative position depends on the (query, key) pair beyond i − j (Self-Extend, ReRoPE,
+    #: STRING, DCA: ``posenc.positions.remap``): attention then leaves q and k unrotated, caches raw keys, and runs
+    #: ``remap_attention`` with the scheme's pieces instead of rotating and calling SDPA.
+    remaps: ClassVar[bool] = False
+
     def value_bias(self, weights: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         """Value hook: Σ_j α_ij·r(i, j), (B, H, Tq, Dh), added to the attention output (Shaw et al.'s a^V); None here.
 

@@ -1,0 +1,44 @@
+"""``posenc export``: a checkpoint with a chosen RoPE setting, written as an HF folder and a llama.cpp GGUF.
+
+    posenc export SmolLM2-135M-Instruct.Q4_1.gguf --position rope-yarn --position-option factor=2 --out smollm2-yarn2
+
+writes ``smollm2-yarn2/`` (config.json with the matching ``rope_parameters``,
+model.safetensors, tokenizer.json) and ``smollm2-yarn2/model.gguf`` (llama.cpp's
+``rope.scaling.*`` keys). A scheme with no spelling in a format is refused by
+name, saying which format lacks it (``--format hf`` or ``gguf`` writes one).
+See ``posenc.extend.export``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from posenc.cli_options import add_json, add_position, add_quiet
+
+    p = sub.add_parser("export", help="write a checkpoint with a RoPE scaling as an HF folder and a GGUF",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", metavar="MODEL", help="HF model folder (config.json + safetensors + tokenizer.json) or .gguf")
+    add_position(p, default="rope", help="the scheme to write: rope, rope-ntk, rope-linear, rope-yarn, rope-llama3 "
+                                         "(HF only); others are refused by name (default: rope)")
+    p.add_argument("--format", default="hf,gguf", metavar="hf,gguf",
+                   help="which outputs: hf, gguf or both (default both)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder (the GGUF is DIR/model.gguf)")
+    add_json(p, help="also write what was written as JSON to FILE ('-': print it on stdout)")
+    add_quiet(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from posenc.cli_options import position_options, write_json
+    from posenc.extend.export import export_model
+
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    result = export_model(args.model, args.position, position_options(args), args.out, formats=formats)
+    if not args.quiet:
+        print(f"rope_parameters: {result['rope_parameters']}; GGUF keys: {result['gguf_rope'] or 'none (plain RoPE)'}")
+        for path in result.get("hf", []) + ([result["gguf"]] if "gguf" in result else []):
+            print(f"wrote {path}")
+    write_json(args, result)
+    return 0

@@ -1,0 +1,159 @@
+"""Needle retrieval that can rank methods: single- and multi-key passkeys and RULER's multi-value needle.
+
+Every task hides 5-digit numbers in the passkey filler (``passkey.FILLER``:
+Mohtashami & Jaggi, 2023) and asks for them at the end; prompts are built from
+separately tokenised pieces, so their length in tokens is exact to one filler
+sentence and every needle's token span is known.
+
+=============  ===========================================================================================
+task           what is hidden, what is asked, what counts as found
+=============  ===========================================================================================
+``passkey``    one key (Mohtashami & Jaggi, 2023) — the first 5-digit run of the answer is it
+``multikey``   ``MULTIKEY`` keys, each for a named door; one door is asked (RULER's NIAH multi-key,
+               Hsieh et al., 2024) — the first 5-digit run is that door's key, not a distractor's
+``multivalue`` ``MULTIVALUE`` values of one key, the question asks for all (RULER's NIAH multi-value) —
+               every value appears among the answer's 5-digit runs (the fraction is recorded too)
+=============  ===========================================================================================
+
+Depths come from a fixed grid (``DEPTHS``: 0, ¼, ½, ¾, 1 of the filler), trial
+t at depth ``DEPTHS[t mod 5]``, so 20 trials put 4 at each depth; the asked
+needle sits at that depth, distractors and extra values at seeded random
+depths. Keys are seeded by (seed, task, length): every method answers the
+very same prompts, which is what makes the paired comparison of
+``posenc.extend.stats`` valid.
+
+Example::
+
+    trial = make_trial(random.Random(0), "multikey", 4096, index=3)
+    prompt = build_prompt(tokenizer, trial)
+    found, fraction = score(tokenizer.decode(greedy_continuation(model, prompt.ids, answer_tokens(trial))), trial)
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+from typing import Any
+
+from posenc.extend.passkey import FILLER, INTRO
+from posenc.extend.texts import bos_prefix, encode_plain
+
+TASKS = ("passkey", "multikey", "multivalue")
+DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+MULTIKEY = 4
+MULTIVALUE = 3
+DOORS = ("red", "blue", "green", "yellow", "white", "black", "orange", "purple")
+_KEY = re.compile(r"\d{5}")
+
+TEXT = {
+    "passkey": ("The pass key is {key}. Remember it. {key} is the pass key.\n",
+                "What is the pass key? The pass key is"),
+    "multikey": ("The pass key of the {door} door is {key}. Remember it. {key} is the pass key of the {door} door.\n",
+                 "What is the pass key of the {door} door? The pass key of the {door} door is"),
+    "multivalue": ("One of the pass keys is {key}. Remember it.\n",
+                   "What are all the pass keys? The pass keys are"),
+}
+
+
+@dataclass(frozen=True)
+class Needle:
+    key: str
+    depth: float
+    door: str | None = None
+
+
+@dataclass(frozen=True)
+class RetrievalTrial:
+    """One question: the task, its needles (the first is the asked one), the prompt length and the grid depth."""
+
+    task: str
+    length: int
+    depth: float
+    needles: tuple[Needle, ...]
+    asked: str | None = None  # the door asked about (multikey)
+
+    @property
+    def answers(self) -> tuple[str, ...]:
+        """The keys a right answer contains: the asked needle's (passkey, multikey) or every value (multivalue)."""
+        if self.task == "multivalue":
+            return tuple(n.key for n in self.needles)
+        return (self.needles[0].key,)
+
+
+@dataclass(frozen=True)
+class RetrievalPrompt:
+    ids: list[int]
+    #: (start, end) token span of each needle, in ``trial.needles`` order
+    spans: list[tuple[int, int]] = field(default_factory=list)
+
+
+def _keys(rng: random.Random, n: int) -> list[str]:
+    keys: list[str] = []
+    while len(keys) < n:
+        key = str(rng.randint(10000, 99999))
+        if key not in keys:
+            keys.append(key)
+    return keys
+
+
+def make_trial(rng: random.Random, task: str, length: int, *, index: int) -> RetrievalTrial:
+    """Trial ``index`` of a task: the asked needle at ``DEPTHS[index % 5]``, the rest at random depths."""
+    if task not in TASKS:
+        raise ValueError(f"unknown retrieval task {task!r}; valid tasks: {', '.join(TASKS)}")
+    depth = DEPTHS[index % len(DEPTHS)]
+    if task == "passkey":
+        return RetrievalTrial(task, length, depth, (Needle(_keys(rng, 1)[0], depth),))
+    count = MULTIKEY if task == "multikey" else MULTIVALUE
+    keys = _keys(rng, count)
+    depths = [depth] + [rng.random() for _ in range(count - 1)]
+    if task == "multikey":
+        doors = rng.sample(DOORS, count)
+        return RetrievalTrial(task, length, depth, tuple(Needle(k, d, door) for k, d, door in zip(keys, depths, doors)),
+                              asked=doors[0])
+    return RetrievalTrial(task, length, depth, tuple(Needle(k, d) for k, d in zip(keys, depths)))
+
+
+def build_prompt(tokenizer: Any, trial: RetrievalTrial) -> RetrievalPrompt:
+    """INTRO + filler with every needle at its depth (whole filler sentences) + the question, ≤ ``trial.length``.
+
+    Raises:
+        ValueError: the length is too short for intro, needles and question alone.
+    """
+    needle_text, question_text = TEXT[trial.task]
+    head = bos_prefix(tokenizer) + encode_plain(tokenizer, INTRO)
+    needles = [encode_plain(tokenizer, needle_text.format(key=n.key, door=n.door)) for n in trial.needles]
+    question = encode_plain(tokenizer, question_text.format(door=trial.asked))
+    unit = encode_plain(tokenizer, FILLER)
+    room = trial.length - len(head) - sum(map(len, needles)) - len(question)
+    if room < 0:
+        raise ValueError(f"{trial.task} length {trial.length} is too short: intro, needles and question alone take "
+                         f"{trial.length - room} tokens")
+    units = room // len(unit)
+    # needles in order of depth; ties keep the asked needle first
+    order = sorted(range(len(needles)), key=lambda n: (trial.needles[n].depth, n))
+    ids, spans, placed = list(head), [(0, 0)] * len(needles), 0
+    for n in order:
+        at = round(trial.needles[n].depth * units)
+        ids += unit * (at - placed)
+        placed = at
+        spans[n] = (len(ids), len(ids) + len(needles[n]))
+        ids += needles[n]
+    ids += unit * (units - placed) + question
+    return RetrievalPrompt(ids=ids, spans=spans)
+
+
+def answer_tokens(trial: RetrievalTrial, base: int = 8) -> int:
+    """Greedy tokens to decode: ``base`` for one key, room for every value of a multi-value question."""
+    return base if trial.task != "multivalue" else base + 6 * (MULTIVALUE - 1)
+
+
+def score(answer: str, trial: RetrievalTrial) -> tuple[bool, float]:
+    """(found, fraction of the answers found): passkey/multikey by the first 5-digit run, multivalue by all runs."""
+    runs = _KEY.findall(answer)
+    if trial.task == "multivalue":
+        hit = sum(key in runs for key in trial.answers)
+        return hit == len(trial.answers), hit / len(trial.answers)
+    ok = bool(runs) and runs[0] == trial.answers[0]
+    return ok, float(ok)

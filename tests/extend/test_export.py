@@ -1,0 +1,149 @@
+"""``posenc export``: an HF folder and a GGUF that transformers and posenc read back to the variant's logits."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", minversion="5.0")
+pytest.importorskip("gguf")
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+from posenc.cli import main  # noqa: E402
+from posenc.extend.export import export_model  # noqa: E402
+from posenc.models.llama import build_llama  # noqa: E402
+from posenc.pretrained import load_pretrained  # noqa: E402
+
+L0 = 32
+TEXT = "The grass is green. The pass key is 12345. What is the pass key? Licence terms and conditions apply. " * 8
+SETTINGS = {  # scheme: options measured in posenc
+    "rope": {},
+    "rope-ntk": {"factor": 3.0},
+    "rope-linear": {"factor": 2.0},
+    "rope-yarn": {"factor": 4.0, "beta_fast": 16.0},
+    "rope-llama3": {"factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+}
+
+
+@pytest.fixture
+def folder(tmp_path, seed):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([TEXT], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>", "<s>"],
+                                                        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    config = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=L0, bos_token_id=1,
+                         eos_token_id=0, rope_theta=500.0, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    model.save_pretrained(tmp_path / "src", safe_serialization=True)
+    tok.save(str(tmp_path / "src" / "tokenizer.json"))
+    (tmp_path / "src" / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>",
+                                                                        "eos_token": "<|endoftext|>"}))
+    return tmp_path / "src"
+
+
+def variant_logits(folder, position, options, ids):
+    """posenc's model of the source with the scheme replaced: the numbers the export must reproduce."""
+    pm = load_pretrained(folder, pairing="half")
+    opts = {**options, **({"original_max_len": L0} if position in ("rope-yarn", "rope-llama3") else {})}
+    cfg = dataclasses.replace(pm.config, position=position, position_options={**pm.config.position_options, **opts})
+    model = build_llama(cfg).eval()
+    model.load_state_dict(pm.model.state_dict())
+    with torch.no_grad():
+        return model(ids)
+
+
+def ids_for(folder, length=3 * L0):
+    return torch.randint(0, 300, (1, length))
+
+
+@pytest.mark.parametrize("position", sorted(SETTINGS))
+def test_hf_folder_loads_in_transformers_with_the_variants_logits(folder, tmp_path, position):
+    out = tmp_path / "out"
+    result = export_model(folder, position, SETTINGS[position], out, formats=("hf",))
+    ids = ids_for(folder)
+    want = variant_logits(folder, position, SETTINGS[position], ids)
+    hf = AutoModelForCausalLM.from_pretrained(out).eval()
+    with torch.no_grad():
+        got = hf(ids).logits
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    config = json.loads((out / "config.json").read_text())
+    assert config["rope_parameters"] == result["rope_parameters"]
+    assert config["max_position_embeddings"] == (L0 if position == "rope" else round(SETTINGS[position]["factor"] * L0))
+    # posenc reads its own export back to the same numbers
+    back = load_pretrained(out)
+    with torch.no_grad():
+        torch.testing.assert_close(back.model(ids), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("position", ["rope", "rope-ntk", "rope-linear", "rope-yarn"])
+def test_gguf_read_back_by_posenc_and_by_transformers(folder, tmp_path, position):
+    import gguf
+
+    out = tmp_path / "out"
+    export_model(folder, position, SETTINGS[position], out)
+    ids = ids_for(folder)
+    want = variant_logits(folder, position, SETTINGS[position], ids)
+    pm = load_pretrained(out / "model.gguf")  # q/k rows in llama.cpp's order, run with the interleaved pairing
+    with torch.no_grad():
+        torch.testing.assert_close(pm.model(ids), want, rtol=1e-4, atol=1e-4)
+    fields = gguf.GGUFReader(str(out / "model.gguf")).fields
+    keys = {k for k in fields if k.startswith("llama.rope.")}
+    expected = {"llama.rope.freq_base", "llama.rope.dimension_count"}
+    if position == "rope-linear":
+        expected |= {"llama.rope.scaling.type", "llama.rope.scaling.factor"}
+    if position == "rope-yarn":
+        expected |= {"llama.rope.scaling.type", "llama.rope.scaling.factor", "llama.rope.scaling.original_context_length",
+                     "llama.rope.scaling.attn_factor", "llama.rope.scaling.yarn_beta_fast",
+                     "llama.rope.scaling.yarn_beta_slow"}
+    assert keys == expected
+    # the tokenizer: the same ids as the source's tokenizer.json
+    src = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    assert pm.tokenizer.tokenizer.encode(TEXT[:200]).ids == src.encode(TEXT[:200]).ids
+    # transformers' GGUF loader reads weights and base; for llama it drops rope.scaling.* (only gpt-oss reads them),
+    # so the scaled files need the exported config.json beside them
+    config = transformers.AutoConfig.from_pretrained(out) if position in ("rope-linear", "rope-yarn") else None
+    hf = AutoModelForCausalLM.from_pretrained(out, gguf_file="model.gguf", config=config).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, want, rtol=1e-4, atol=1e-4)
+
+
+def test_methods_without_a_spelling_are_refused_by_name(folder, tmp_path):
+    with pytest.raises(ValueError, match="self-extend.*HF: no field.*GGUF: GGUF metadata has no key"):
+        export_model(folder, "self-extend", {"group_size": 4}, tmp_path / "a")
+    with pytest.raises(ValueError, match="rope-llama3.*GGUF: llama.cpp spells Llama 3.1.*--format hf"):
+        export_model(folder, "rope-llama3", {"factor": 4.0}, tmp_path / "b")
+    with pytest.raises(ValueError, match="rope-dynamic-ntk.*HF: HF's 'dynamic'"):
+        export_model(folder, "rope-dynamic-ntk", {"factor": 2.0}, tmp_path / "c", formats=("hf",))
+    with pytest.raises(ValueError, match="needs --position-option factor"):
+        export_model(folder, "rope-yarn", {}, tmp_path / "d")
+    assert not any((tmp_path / n).exists() for n in "abcd")  # refused before anything is written
+
+
+def test_command_line(folder, tmp_path, capsys):
+    out = tmp_path / "cli"
+    argv = ["export", str(folder), "--position", "rope-yarn", "--position-option", "factor=2", "--out", str(out)]
+    assert main(argv) == 0
+    assert (out / "model.gguf").exists() and (out / "config.json").exists()
+    assert "rope_type': 'yarn'" in capsys.readouterr().out
+    assert main(["export", str(folder), "--position", "string", "--out", str(tmp_path / "x")]) == 2
+    assert "cannot be exported" in capsys.readouterr().err
+
+
+def test_transformers_gguf_loader_alone_drops_llama_rope_scaling(folder, tmp_path):
+    """Why the scaled GGUF needs its config.json for transformers: without it, transformers runs plain RoPE."""
+    out = tmp_path / "out"
+    export_model(folder, "rope-linear", SETTINGS["rope-linear"], out, formats=("gguf",))
+    ids = ids_for(folder)
+    hf = AutoModelForCausalLM.from_pretrained(out, gguf_file="model.gguf").eval()
+    with torch.no_grad():
+        got = hf(ids).logits
+    torch.testing.assert_close(got, variant_logits(folder, "rope", {}, ids), rtol=1e-4, atol=1e-4)

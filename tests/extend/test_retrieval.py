@@ -1,0 +1,99 @@
+"""Retrieval prompts (single key, multi-key, multi-value) and the statistics that rank methods on them."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import re
+
+import pytest
+
+from posenc.extend.passkey import FILLER
+from posenc.extend.retrieval import DEPTHS, MULTIKEY, MULTIVALUE, TASKS, build_prompt, make_trial, score
+from posenc.extend.stats import compare_methods, holm, mcnemar_exact, paired
+
+
+def oracle(tokenizer, trial, prompt_ids):
+    """Reads the prompt as text and answers what the needles say, as a perfect reader would."""
+    text = tokenizer.decode(prompt_ids)
+    if trial.task == "multikey":
+        found = re.search(rf"The pass key of the {trial.asked} door is (\d+)\.", text)
+        return " " + found.group(1)
+    if trial.task == "multivalue":
+        return " " + ", ".join(re.findall(r"One of the pass keys is (\d+)\.", text))
+    return " " + re.search(r"The pass key is (\d+)\.", text).group(1)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("length", [900, 3000])
+def test_prompts_have_the_length_and_the_needles_at_their_depths(tokenizer, seed, task, length):
+    rng = random.Random(seed)
+    unit = len(tokenizer.encode(FILLER))
+    for index in range(10):
+        trial = make_trial(rng, task, length, index=index)
+        assert trial.depth == DEPTHS[index % 5]
+        prompt = build_prompt(tokenizer, trial)
+        assert length - unit < len(prompt.ids) <= length
+        text = tokenizer.decode(prompt.ids)
+        count = {"passkey": 1, "multikey": MULTIKEY, "multivalue": MULTIVALUE}[task]
+        assert len(trial.needles) == count and len({n.key for n in trial.needles}) == count
+        for needle, (start, end) in zip(trial.needles, prompt.spans):
+            assert needle.key in tokenizer.decode(prompt.ids[start:end])
+        # the asked needle at its grid depth of the filler, to within a filler sentence and the other needles
+        start = prompt.spans[0][0]
+        needles_len = sum(e - s for s, e in prompt.spans)
+        assert abs(start - trial.depth * (len(prompt.ids) - needles_len)) <= 2 * unit + 200
+        found, fraction = score(oracle(tokenizer, trial, prompt.ids), trial)
+        assert found and fraction == 1.0
+        if task == "multikey":  # a distractor's key is not the answer
+            assert not score(" " + trial.needles[1].key, trial)[0]
+            assert trial.asked not in [n.door for n in trial.needles[1:]]
+        if task == "multivalue":  # some but not all values: not found, fraction recorded
+            assert score(" " + trial.needles[0].key, trial) == (False, 1 / MULTIVALUE)
+        assert text.count(trial.needles[0].key) == (1 if task == "multivalue" else 2)  # nowhere but its needle
+
+
+def test_trials_are_seeded_and_too_short_is_refused(tokenizer, seed):
+    a = [make_trial(random.Random(seed), "multikey", 500, index=i) for i in range(5)]
+    b = [make_trial(random.Random(seed), "multikey", 500, index=i) for i in range(5)]
+    assert a == b
+    with pytest.raises(ValueError, match="too short"):
+        build_prompt(tokenizer, make_trial(random.Random(0), "multivalue", 60, index=0))
+    with pytest.raises(ValueError, match="valid tasks"):
+        make_trial(random.Random(0), "haystack", 500, index=0)
+
+
+def _enumerated_p(b: int, c: int) -> float:
+    """Two-sided exact test by enumerating all 2^n ways the n discordant pairs could fall under H0."""
+    n = b + c
+    observed = abs(b - c)
+    extreme = sum(1 for signs in itertools.product((0, 1), repeat=n) if abs(2 * sum(signs) - n) >= observed)
+    return extreme / 2 ** n
+
+
+@pytest.mark.parametrize("b, c", [(0, 0), (1, 7), (7, 1), (0, 6), (3, 3), (2, 9), (5, 0), (4, 10)])
+def test_exact_mcnemar_equals_enumeration(b, c):
+    assert mcnemar_exact(b, c) == pytest.approx(min(1.0, _enumerated_p(b, c)), rel=1e-12)
+    assert mcnemar_exact(1, 7) == pytest.approx(2 * 9 / 256)  # textbook: 2·P(X ≤ 1), X ~ Bin(8, ½)
+
+
+def test_holm_step_down():
+    assert holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm([]) == []
+
+
+def test_paired_comparison_ranks_methods_on_the_same_prompts():
+    """20 trials: A finds 18, B finds 6, always on prompts A also found → b = 12, c = 0: significant; C = A: not."""
+    a = [True] * 18 + [False] * 2
+    b = [True] * 6 + [False] * 14
+    c = list(a)
+    assert paired(a, b) == {"trials": 20, "only_first": 12, "only_second": 0, "p": pytest.approx(2 / 2 ** 12)}
+    rows = {(r["first"], r["second"]): r for r in compare_methods({"A": a, "B": b, "C": c})}
+    assert rows[("A", "B")]["significant"] and rows[("A", "B")]["better"] == "A"
+    assert rows[("B", "C")]["better"] == "C"
+    assert not rows[("A", "C")]["significant"] and rows[("A", "C")]["p"] == 1.0
+    assert rows[("A", "B")]["p_holm"] == pytest.approx(3 * 2 / 2 ** 12)  # the smallest of three p-values
+    # unpaired, the same counts could still be insignificant with few trials; paired, discordance is what counts
+    assert not compare_methods({"A": [True, False], "B": [False, True]})[0]["significant"]
+    assert math.isclose(mcnemar_exact(0, 5), 2 / 32)

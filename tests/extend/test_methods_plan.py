@@ -1,5 +1,6 @@
 """Context extension on a model with a layer plan (Gemma 3: sliding RoPE layers at base 10⁴, global at 10⁶):
-the method replaces the global layers' RoPE only by default, every RoPE layer with layers="all"."""
+a Gemma 3 model gets the method on its global layers only by default (what the family does itself), any
+model on every RoPE layer with layers="rotary", on the full-attention RoPE layers with layers="global"."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ GLOBAL = LayerSpec(position="rope", position_options={"base": 1e6, "pairing": "h
 NOPE = LayerSpec(position="none")
 
 
-def plan_model(plan) -> torch.nn.Module:
+def plan_model(plan, family: str = "gemma3") -> torch.nn.Module:
     cfg = LlamaConfig(vocab_size=50, dim=32, num_layers=len(plan), num_heads=2, ffn_dim=48, position="none",
-                      layer_plan=[s.to_dict() for s in plan], max_position_embeddings=16)
+                      layer_plan=[s.to_dict() for s in plan], max_position_embeddings=16, family=family)
     return build_llama(cfg).eval()
 
 
@@ -38,9 +39,11 @@ def test_global_layers_only_by_default(seed) -> None:
         assert not torch.allclose(variant(ids), model(ids))
 
 
-def test_all_rope_layers_on_request() -> None:
+def test_every_rope_layer_on_request_and_by_default_outside_gemma() -> None:
     cfg = plan_model([SLIDING, GLOBAL, NOPE]).config
-    plan = variant_config(cfg, "rope-yarn", factor=2.0, original_max_len=16, layers="all").plan
+    plan = variant_config(cfg, "rope-yarn", factor=2.0, original_max_len=16, layers="rotary").plan
+    assert plan == variant_config(plan_model([SLIDING, GLOBAL, NOPE], family="llama").config, "rope-yarn",
+                                  factor=2.0, original_max_len=16).plan
     assert [s.position for s in plan] == ["rope-yarn", "rope-yarn", "none"]
     assert [s.position_options["base"] for s in plan[:2]] == [1e4, 1e6]
     assert plan[0].window == Window("sliding", 4)
@@ -48,11 +51,9 @@ def test_all_rope_layers_on_request() -> None:
 
 def test_refusals_name_the_layer() -> None:
     only_sliding = plan_model([SLIDING, NOPE]).config
-    with pytest.raises(ValueError, match=r"no full-attention RoPE layer for 'rope-linear'.*layers='all'"):
+    with pytest.raises(ValueError, match=r"--layers global: no layer of this model is a global RoPE layer"):
         variant_config(only_sliding, "rope-linear", factor=2.0, original_max_len=16)
-    scaled = plan_model([SLIDING, LayerSpec(position="rope-linear", position_options={"base": 1e6,
-                                                                                        "factor": 8.0})]).config
-    with pytest.raises(ValueError, match=r"layer 1 uses position='rope-linear'"):
-        variant_config(scaled, "rope-ntk", factor=2.0, original_max_len=16)
-    with pytest.raises(ValueError, match=r"layers must be one of \('global', 'all'\)"):
+    with pytest.raises(ValueError, match=r"--layers all: layer\(s\) \[1\] use 'none', not plain RoPE"):
+        variant_config(only_sliding, "rope-linear", factor=2.0, original_max_len=16, layers="all")
+    with pytest.raises(ValueError, match=r"--layers 'sliding' is not one of all, global, rotary"):
         variant_config(only_sliding, "rope-linear", factor=2.0, original_max_len=16, layers="sliding")

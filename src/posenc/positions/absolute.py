@@ -6,7 +6,8 @@ Shape legend: B batch, T sequence length, D width.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+import typing
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import Tensor, nn
@@ -28,11 +29,13 @@ def check_even(value: int, *, name: str, what: str) -> None:
 
 #: Column layouts of a sinusoidal table: sin/cos of pair i in columns (2i, 2i + 1) — Vaswani et al.'s
 #: formula, d2l — or all sines then all cosines, [sin | cos] (tensor2tensor, fairseq, Marian, M2M100, Whisper).
-LAYOUTS = ("interleaved", "concatenated")
+Layout = Literal["interleaved", "concatenated"]
+LAYOUTS: tuple[str, ...] = typing.get_args(Layout)
 #: What the frequency exponent divides by: ω_i = base^(−i/(D/2)) = base^(−2i/D) (Vaswani et al., Marian), or
 #: base^(−i/(D/2 − 1)) (tensor2tensor's ``get_timing_signal_1d``, fairseq, M2M100, Whisper's ``sinusoids``),
 #: whose last pair turns exactly at 1/base.
-DENOMINATORS = ("half", "half-minus-one")
+Denominator = Literal["half", "half-minus-one"]
+DENOMINATORS: tuple[str, ...] = typing.get_args(Denominator)
 
 
 def sinusoid_frequencies(dim: int, base: float = 10000.0, denominator: str = "half") -> Tensor:
@@ -97,8 +100,8 @@ class SinusoidalPositions(AdditiveScheme):
 
     name: ClassVar[str] = "sinusoidal"
 
-    def __init__(self, *, dim: int, base: float = 10000.0, layout: str = "interleaved", denominator: str = "half",
-                 offset: int = 0) -> None:
+    def __init__(self, *, dim: int, base: float = 10000.0, layout: Layout = "interleaved",
+                 denominator: Denominator = "half", offset: int = 0) -> None:
         super().__init__(dim=dim)
         check_even(dim, name="dim", what="the sinusoidal encoding")
         self.base = number(base, "base", above=1, fix="the wavelength base is usually 10000")

@@ -177,3 +177,13 @@ def test_refusals_name_the_field(change, message, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(ValueError, match=message):
         load_pretrained(tmp_path)
+
+
+def test_inspect_measures_the_global_layer_at_its_own_width(seed, tmp_path):
+    from posenc.inspect import inspect_checkpoint
+
+    transformers.Gemma4ForCausalLM(gemma4()).save_pretrained(tmp_path)
+    result = inspect_checkpoint(tmp_path, max_positions=32)
+    assert [r["position"] for r in result["layer_plan"]] == ["rope-proportional" if t == F else "rope" for t in TYPES]
+    settings = result["position"]["settings"]
+    assert settings["scheme"] == "rope-proportional" and settings["head_dim"] == 32 and settings["base"] == 1e6

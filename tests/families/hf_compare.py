@@ -27,16 +27,20 @@ def tolerance(ref: torch.Tensor) -> dict[str, float]:
     return {"rtol": 1e-4, "atol": 1e-5 * max(1.0, float(ref.abs().max()))}
 
 
-def compare(hf, folder, ids: torch.Tensor, *, pairing: str = "interleaved", prompt: int | None = None):
-    """Save ``hf`` to ``folder``, load it with posenc, assert equal logits full and cached; return the Pretrained."""
+def compare(hf, folder, ids: torch.Tensor, *, pairing: str = "interleaved", prompt: int | None = None,
+            tol=tolerance):
+    """Save ``hf`` to ``folder``, load it with posenc, assert equal logits full and cached; return the Pretrained.
+
+    ``tol``: reference logits → ``assert_close`` tolerances (default ``tolerance``).
+    """
     hf.save_pretrained(folder, safe_serialization=True)
     pm = load_pretrained(folder, pairing=pairing)
     with torch.no_grad():
         ref = hf(ids).logits
-        torch.testing.assert_close(pm.model(ids), ref, **tolerance(ref))
+        torch.testing.assert_close(pm.model(ids), ref, **tol(ref))
         cache = pm.model.new_cache()
         first = ids.shape[1] // 3 if prompt is None else prompt
         parts = [pm.model(ids[:, :first], cache=cache)]
         parts += [pm.model(ids[:, i:i + 1], cache=cache) for i in range(first, ids.shape[1])]
-        torch.testing.assert_close(torch.cat(parts, dim=1), ref, **tolerance(ref))
+        torch.testing.assert_close(torch.cat(parts, dim=1), ref, **tol(ref))
     return pm

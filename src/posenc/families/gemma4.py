@@ -25,14 +25,17 @@ this reader turns HF's config into its ``Gemma4Config``. Read:
   norms in the checkpoint); ``use_double_wide_mlp`` doubles their FFN width.
 * per-layer embeddings — ``hidden_size_per_layer_input`` (P; 256 when absent, as
   HF; 0 or null: none), ``vocab_size_per_layer_input`` rows.
+* experts — ``enable_moe_block`` (26B-A4B): beside every layer's dense FFN,
+  ``num_experts`` gated experts of width ``moe_intermediate_size``, ``top_k_experts``
+  chosen per token by a router (softmax, top k renormalised, × a scale per
+  expert); the two branches, each normed, are summed before the FFN post-norm.
 * the rest — Gemma's sandwich norms (``rms-float``: HF ``Gemma4RMSNorm``,
   gains not zero-centred), QK-norm with gains, softmax scale 1, GeGLU
   (``hidden_activation`` gelu_pytorch_tanh), token vectors × √D,
   ``final_logit_softcapping``, ``attention_bias``, the tied head, a learned
   scalar per layer (``layer_scalar``).
 
-Refused by name: ``enable_moe_block`` (the 26B-A4B mixture-of-experts block:
-router and experts are not built); ``use_bidirectional_attention="all"``
+Refused by name: ``use_bidirectional_attention="all"``
 (non-causal attention; "vision" is accepted: it only changes image tokens, which
 a text model never sees); ``num_kv_shared_layers`` covering every layer (Gemma 4
 assistant/drafter models, whose keys come from another model); a KV-sharing
@@ -68,6 +71,14 @@ BLOCK_NAMES = {
     "per_layer_projection.weight": "ple_proj.weight",
     "post_per_layer_input_norm.weight": "ple_norm.weight",
     "layer_scalar": "layer_scalar",
+    "router.proj.weight": "moe.router.proj.weight",
+    "router.scale": "moe.router.scale",
+    "router.per_expert_scale": "moe.router.per_expert_scale",
+    "experts.gate_up_proj": "moe.experts.gate_up_proj",
+    "experts.down_proj": "moe.experts.down_proj",
+    "pre_feedforward_layernorm_2.weight": "moe.pre_norm.weight",
+    "post_feedforward_layernorm_2.weight": "moe.post_norm.weight",
+    "post_feedforward_layernorm_1.weight": "ffn_moe_norm.weight",
     **PROJECTION_NAMES,
     **QK_NORM_NAMES,
 }
@@ -154,9 +165,6 @@ def config_from_hf(c: HFConfig, pairing: str):
     act = c.str("hidden_activation", c.str("hidden_act", "gelu_pytorch_tanh"))
     if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
         raise ValueError(f"{c.source}: hidden_activation {act!r} is not supported; Gemma 4 uses gelu_pytorch_tanh")
-    if c.bool("enable_moe_block", False):
-        raise ValueError(f"{c.source}: enable_moe_block=true (Gemma 4's mixture-of-experts block, 26B-A4B: a router "
-                         "and experts beside the dense FFN) is not built by posenc; the dense Gemma 4 sizes load")
     if c.raw("use_bidirectional_attention") == "all":
         raise ValueError(f"{c.source}: use_bidirectional_attention='all' (non-causal attention) is not supported; "
                          "posenc's Gemma 4 decoder is causal")
@@ -179,6 +187,11 @@ def config_from_hf(c: HFConfig, pairing: str):
         specs[t] = LayerSpec(position=name, position_options=options, window=window if t == SLIDING else FULL)
     bias = c.bool("attention_bias", False)
     ple_dim = c.int("hidden_size_per_layer_input", 0, minimum=0)
+    experts = {}
+    if c.bool("enable_moe_block", False):
+        experts = {"num_experts": c.int("num_experts", maximum=1 << 16),
+                   "top_k_experts": c.int("top_k_experts", maximum=c.int("num_experts", maximum=1 << 16)),
+                   "moe_ffn_dim": c.int("moe_intermediate_size", maximum=1 << 20)}
     return Gemma4Config(
         **sizes, norm_eps=c.float("rms_norm_eps", 1e-6, above=0), position="none",
         layer_plan=[specs[t].to_dict() for t in types], family="gemma4", block="sandwich", norm="rms-float",
@@ -188,7 +201,7 @@ def config_from_hf(c: HFConfig, pairing: str):
         layer_kv_heads=kvs if set(kvs) != {sizes["num_kv_heads"] or heads} else None,
         k_eq_v=c.bool("attention_k_eq_v", False), v_norm=True, kv_shared_layers=shared,
         double_wide_ffn=c.bool("use_double_wide_mlp", False), ple_dim=ple_dim,
-        ple_vocab=c.int("vocab_size_per_layer_input") if ple_dim else None, layer_scalar=True,
+        ple_vocab=c.int("vocab_size_per_layer_input") if ple_dim else None, layer_scalar=True, **experts,
     )
 
 

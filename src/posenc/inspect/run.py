@@ -46,7 +46,9 @@ def _planned_rotary(config: Any) -> tuple[PositionScheme, dict[str, Any]] | None
     if not rotary:
         return None
     layer, spec = next(((i, s) for i, s in rotary if s.window.full), rotary[0])
-    heads, head_dim = config.num_heads, config.attention_head_dim
+    heads = config.num_heads
+    # a family may give layers their own head width (Gemma 4's global layers): the measured layer's
+    head_dim = config.head_dims()[layer] if hasattr(config, "head_dims") else config.attention_head_dim
     scheme = build(spec.position, dim=heads * head_dim, num_heads=heads, **dict(spec.position_options))
     options = dict(spec.position_options)
     settings = {"scheme": spec.position, "base": options.get("base", 10000.0), "head_dim": head_dim,

@@ -1,7 +1,7 @@
 """Gemma 4's text decoder: the parts it has beyond posenc's Llama-family decoder, and its builder.
 
 Gemma 4 is Gemma 3's layout (sandwich norms, QK-norm, GeGLU, ×√D, 5 sliding :
-1 global layers) with five additions, each a part here:
+1 global layers) with these additions, each a part here:
 
 * **per-layer attention widths** — the global layers have their own head width
   (``global_head_dim``, 512 against 256) and may have their own key/value head
@@ -23,7 +23,9 @@ Gemma 4 is Gemma 3's layout (sandwich norms, QK-norm, GeGLU, ×√D, 5 sliding :
   token and layer; after its FFN each layer adds
   norm(proj_P→D(gelu(gate_D→P(x)) · ple_i)) to its stream.
 
-and every layer's output is multiplied by a learned scalar (``layer_scalar``).
+and every layer's output is multiplied by a learned scalar (``layer_scalar``). The
+26B-A4B size adds a mixture-of-experts branch beside each dense FFN (``Gemma4MoE``:
+a router choosing k of E gated experts per token).
 Norms are ``rms-float`` (HF ``Gemma4RMSNorm``: the gain multiplied in float32,
 not zero-centred); the softmax scale is 1 (the QK-norm gains carry it).
 
@@ -48,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
@@ -79,6 +82,9 @@ class Gemma4Config(LlamaConfig):
         ple_dim: per-layer embedding width P (0: no per-layer embeddings).
         ple_vocab: rows of the per-layer table (default ``vocab_size``).
         layer_scalar: every layer's output is multiplied by a learned scalar.
+        num_experts, top_k_experts, moe_ffn_dim: the mixture-of-experts block beside every
+            layer's dense FFN (26B-A4B): E experts of width ``moe_ffn_dim``, k chosen per token
+            (0: no experts).
     """
 
     layer_head_dims: Sequence[int] | None = None
@@ -90,6 +96,9 @@ class Gemma4Config(LlamaConfig):
     ple_dim: int = 0
     ple_vocab: int | None = None
     layer_scalar: bool = True
+    num_experts: int = 0
+    top_k_experts: int = 0
+    moe_ffn_dim: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -115,6 +124,12 @@ class Gemma4Config(LlamaConfig):
             raise ValueError(f"Gemma4Config.ple_dim must be an integer >= 0, got {self.ple_dim!r}")
         if self.ple_vocab is not None and (not isinstance(self.ple_vocab, int) or self.ple_vocab < 1):
             raise ValueError(f"Gemma4Config.ple_vocab must be a positive integer or None, got {self.ple_vocab!r}")
+        moe = (self.num_experts, self.top_k_experts, self.moe_ffn_dim)
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in moe) or \
+                (any(moe) and not (self.num_experts >= self.top_k_experts >= 1 and self.moe_ffn_dim >= 1)):
+            raise ValueError(f"Gemma4Config: num_experts={self.num_experts}, top_k_experts={self.top_k_experts}, "
+                             f"moe_ffn_dim={self.moe_ffn_dim} must all be 0 (no experts) or E >= k >= 1 and a "
+                             "positive width")
 
     def head_dims(self) -> tuple[int, ...]:
         """Each layer's head width."""
@@ -233,15 +248,76 @@ class PerLayerEmbedding(nn.Module):
         return (projected + table) * 2 ** -0.5
 
 
+class Gemma4Router(nn.Module):
+    """Picks k of E experts per token (HF ``Gemma4TextRouter``): softmax over proj(unit-rms(x) · s · D^−½),
+    the top k renormalised to sum 1, then × a learned scale per expert."""
+
+    def __init__(self, *, dim: int, num_experts: int, top_k: int, eps: float) -> None:
+        super().__init__()
+        self.top_k = top_k
+        self.norm = UnitRMSNorm(dim, eps=eps)
+        self.proj = nn.Linear(dim, num_experts, bias=False)
+        self.scale = nn.Parameter(torch.ones(dim))
+        self.per_expert_scale = nn.Parameter(torch.ones(num_experts))
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """x (N, D) → (weights (N, k), expert indices (N, k))."""
+        scores = self.proj(self.norm(x) * self.scale * x.shape[-1] ** -0.5)  # (N, E)
+        weights, index = torch.topk(scores.softmax(dim=-1, dtype=torch.float32), k=self.top_k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights * self.per_expert_scale[index], index
+
+
+class Gemma4Experts(nn.Module):
+    """E gated experts stored as two 3-D tensors (HF ``Gemma4TextExperts``): gate_up (E, 2F, D), down (E, D, F)."""
+
+    def __init__(self, *, dim: int, hidden: int, num_experts: int, activation: str) -> None:
+        super().__init__()
+        self.activation = activation
+        self.gate_up_proj = nn.Parameter(torch.empty(num_experts, 2 * hidden, dim))
+        self.down_proj = nn.Parameter(torch.empty(num_experts, dim, hidden))
+        nn.init.normal_(self.gate_up_proj, std=dim ** -0.5)
+        nn.init.normal_(self.down_proj, std=hidden ** -0.5)
+
+    def forward(self, x: Tensor, index: Tensor, weights: Tensor) -> Tensor:
+        """x (N, D), index/weights (N, k) → Σ_k weight · expert_k(x), (N, D); only the chosen experts run."""
+        out = torch.zeros_like(x)
+        for expert in index.unique().tolist():
+            token, slot = torch.where(index == expert)  # the tokens that chose this expert, and in which slot
+            gate, up = F.linear(x[token], self.gate_up_proj[expert]).chunk(2, dim=-1)
+            y = F.linear(FFNS[self.activation](gate) * up, self.down_proj[expert])
+            out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
+        return out
+
+
+class Gemma4MoE(nn.Module):
+    """The expert branch beside the dense FFN: post₂(experts(pre₂(x), router(x))), x the FFN's residual input."""
+
+    def __init__(self, *, dim: int, hidden: int, num_experts: int, top_k: int, activation: str, norm: Any,
+                 eps: float) -> None:
+        super().__init__()
+        self.router = Gemma4Router(dim=dim, num_experts=num_experts, top_k=top_k, eps=eps)
+        self.experts = Gemma4Experts(dim=dim, hidden=hidden, num_experts=num_experts, activation=activation)
+        self.pre_norm, self.post_norm = norm(dim, eps=eps), norm(dim, eps=eps)
+
+    def forward(self, x: Tensor) -> Tensor:
+        flat = x.reshape(-1, x.shape[-1])  # (B·T, D)
+        weights, index = self.router(flat)
+        return self.post_norm(self.experts(self.pre_norm(flat), index, weights).reshape(x.shape))
+
+
 class Gemma4Block(nn.Module):
     """Gemma 4's layer: sandwich-normed attention and FFN, then the per-layer input, then × the layer scalar."""
 
     def __init__(self, *, attn: Gemma4Attention, ffn: nn.Module, attn_norm: nn.Module, attn_post_norm: nn.Module,
                  ffn_norm: nn.Module, ffn_post_norm: nn.Module, ple: tuple[nn.Module, nn.Module, nn.Module] | None,
-                 activation: str, layer_scalar: bool) -> None:
+                 activation: str, layer_scalar: bool, moe: Gemma4MoE | None = None,
+                 ffn_moe_norm: nn.Module | None = None) -> None:
         super().__init__()
         self.attn_norm, self.attn, self.attn_post_norm = attn_norm, attn, attn_post_norm
         self.ffn_norm, self.ffn, self.ffn_post_norm = ffn_norm, ffn, ffn_post_norm
+        #: with experts: the dense FFN's own post-norm before the two branches are summed (HF ``_1``)
+        self.moe, self.ffn_moe_norm = moe, ffn_moe_norm
         self.ple_gate, self.ple_proj, self.ple_norm = ple if ple is not None else (None, None, None)
         self.activation = activation
         self.layer_scalar = nn.Parameter(torch.ones(1)) if layer_scalar else None
@@ -250,7 +326,11 @@ class Gemma4Block(nn.Module):
                 shared_kv: dict[str, tuple] | None = None) -> Tensor:
         h, _ = self.attn(self.attn_norm(x), q_pos=positions, cache=cache, shared_kv=shared_kv)
         x = x + self.attn_post_norm(h)
-        x = x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))
+        h = self.ffn(self.ffn_norm(x))
+        if self.moe is not None:
+            assert self.ffn_moe_norm is not None
+            h = self.ffn_moe_norm(h) + self.moe(x)
+        x = x + self.ffn_post_norm(h)
         if self.ple_gate is not None:
             assert self.ple_proj is not None and self.ple_norm is not None and ple_input is not None
             gated = FFNS[self.activation](self.ple_gate(x)) * ple_input  # (B, T, P)
@@ -334,9 +414,14 @@ def _assemble(cfg: Gemma4Config, position: PositionScheme, plan: Sequence[LayerS
         if cfg.ple_dim:
             ple = (nn.Linear(cfg.dim, cfg.ple_dim, bias=False), nn.Linear(cfg.ple_dim, cfg.dim, bias=False),
                    norm(cfg.dim, eps=cfg.norm_eps))
+        moe = None
+        if cfg.num_experts:
+            moe = Gemma4MoE(dim=cfg.dim, hidden=cfg.moe_ffn_dim, num_experts=cfg.num_experts, top_k=cfg.top_k_experts,
+                            activation=cfg.ffn, norm=norm, eps=cfg.norm_eps)
         layers.append(Gemma4Block(attn=attn, ffn=ffn, **{n: norm(cfg.dim, eps=cfg.norm_eps) for n in
                                                          ("attn_norm", "attn_post_norm", "ffn_norm", "ffn_post_norm")},
-                                  ple=ple, activation=cfg.ffn, layer_scalar=cfg.layer_scalar))
+                                  ple=ple, activation=cfg.ffn, layer_scalar=cfg.layer_scalar, moe=moe,
+                                  ffn_moe_norm=norm(cfg.dim, eps=cfg.norm_eps) if moe is not None else None))
     per_layer = None
     if cfg.ple_dim:
         per_layer = PerLayerEmbedding(vocab_size=cfg.ple_vocab or cfg.vocab_size, num_layers=cfg.num_layers,
@@ -347,4 +432,5 @@ def _assemble(cfg: Gemma4Config, position: PositionScheme, plan: Sequence[LayerS
                     head=head, ple=per_layer)
 
 
-__all__ = ["Gemma4Attention", "Gemma4Block", "Gemma4Config", "Gemma4LM", "PerLayerEmbedding", "build_gemma4"]
+__all__ = ["Gemma4Attention", "Gemma4Block", "Gemma4Config", "Gemma4Experts", "Gemma4LM", "Gemma4MoE", "Gemma4Router",
+           "PerLayerEmbedding", "build_gemma4"]

@@ -208,3 +208,27 @@ def test_extend_variant_shares_the_quantised_modules(tmp_path: Path, tok, seed: 
     ids = torch.tensor([tok.encode("Attention is all you need").ids])
     with torch.no_grad():
         assert _logit_error(a(ids), b(ids)) < 0.05
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q4_1", "Q8_0"])
+def test_open_mapped_equals_the_gguf_reader(tmp_path: Path, tok, qtype: str) -> None:
+    """posenc's own memory-mapped view: the metadata and every tensor's bytes as gguf.GGUFReader gives them."""
+    from posenc.formats.gguf import open_mapped, read_metadata
+
+    path = write_gguf(tmp_path / "m.gguf", tiny_llama(tok.get_vocab_size()), tokenizer_fields(tok), qtype=qtype)
+    ours, reader = open_mapped(path), open_gguf(path)
+    assert ours.metadata.keys() == read_metadata(reader).keys()
+    for key, value in read_metadata(reader).items():
+        assert ours.metadata[key] == pytest.approx(value) if isinstance(value, float) else ours.metadata[key] == value
+    for a, b in zip(reader.tensors, ours.tensors, strict=True):
+        assert (a.name, a.tensor_type, list(a.shape), a.data_offset, a.n_bytes) == \
+            (b.name, b.tensor_type, list(b.shape), b.data_offset, b.n_bytes)
+        assert a.data.dtype == b.data.dtype and a.data.shape == b.data.shape and np.array_equal(a.data, b.data)
+
+
+@pytest.mark.parametrize("shape", [(32, 64), (96, 576), (64, 32)])
+def test_uint8_packing_equals_the_op(shape: tuple[int, int], gen: torch.Generator) -> None:
+    from posenc.models.quant import _pack_op, _pack_uint8
+
+    v = torch.randint(0, 16, shape, generator=gen).to(torch.uint8)
+    assert torch.equal(_pack_uint8(v), _pack_op(v))

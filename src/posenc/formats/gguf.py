@@ -548,3 +548,69 @@ def decode_groups(raw: Tensor, kind: str) -> tuple[Tensor, Tensor, Tensor, int]:
         qh = b[..., 16:48]  # (R, G, 32): bit i of byte l is the fifth bit of value l of sub-block i
         q = q | ((qh[:, :, None, :] >> torch.arange(8, dtype=torch.uint8)[:, None]) & 1) << 4
     return q.reshape(rows, -1), scale.reshape(rows, -1), minimum.reshape(rows, -1), GROUP_TYPES[kind]
+
+
+# -- a memory-mapped view without the gguf package's reader ----------------------------------------------------------
+@dataclass
+class MappedTensor:
+    """One tensor of a GGUF file over its memory map, with the attributes of ``gguf``'s ``ReaderTensor`` that
+    posenc reads: ``name``, ``tensor_type``, ``shape`` (dimensions fastest first), ``data`` (a numpy view:
+    float32 / float16 for those types, else the bytes as ``(…, bytes per row)`` uint8), ``data_offset``, ``n_bytes``.
+    """
+
+    name: str
+    tensor_type: Any
+    shape: np.ndarray
+    data: np.ndarray
+    data_offset: int
+    n_bytes: int
+
+
+@dataclass
+class MappedGGUF:
+    """What :func:`open_mapped` returns: metadata by key (arrays as lists) and the tensors, in file order."""
+
+    path: Path
+    metadata: dict[str, Any]
+    tensors: list[MappedTensor]
+
+
+def open_mapped(path: str | Path) -> MappedGGUF:
+    """Metadata and memory-mapped tensors of a GGUF file from posenc's own bounded header walk.
+
+    The same file checks as :func:`open_gguf` (``check_header`` bounds every size first), without
+    ``gguf.GGUFReader``'s per-element numpy views of the metadata (which take most of a load: ~147,000
+    elements for SmolLM2). Tensor bytes are not read: ``data`` views the map.
+
+    Raises:
+        FileNotFoundError, GGUFError: as :func:`open_gguf`.
+    """
+    gguf = _gguf()
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise GGUFError(f"{path}: not a GGUF file (it starts with {magic!r}, a GGUF file starts with b'GGUF'). "
+                        "Point posenc at a .gguf file written by llama.cpp or the gguf package")
+    header = check_header(path)
+    meta = {k: (v.items if v.type == 9 else v.value) for k, v in header.metadata.items()}
+    if any(v.type == 9 and v.items is None for v in header.metadata.values()):
+        meta = {k: v for k, v in meta.items() if v is not None}  # arrays of arrays: no key posenc reads
+    whole = np.memmap(path, dtype=np.uint8, mode="r")
+    tensors = []
+    for (name, kind, dims), offset in zip(header.tensors, header.offsets):
+        qtype = gguf.GGMLQuantizationType(kind)
+        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        n_bytes = int(np.prod(dims)) // block * type_size
+        start = header.data_offset + offset
+        raw = whole[start : start + n_bytes]
+        hf_shape = tuple(reversed(dims))
+        if qtype.name in ("F32", "F16"):
+            data = raw.view(np.float32 if qtype.name == "F32" else np.float16).reshape(hf_shape)
+        else:
+            data = raw.reshape(*hf_shape[:-1], hf_shape[-1] // block * type_size)
+        tensors.append(MappedTensor(name, qtype, np.array(dims), data, start, n_bytes))
+    return MappedGGUF(path, meta, tensors)
+

@@ -121,11 +121,37 @@ def int8_rows(w: Tensor) -> tuple[Tensor, Tensor]:
     return (w.float() / scale[:, None]).round().clamp(-127, 127).to(torch.int8), scale
 
 
-def _pack(values: Tensor) -> Tensor:
-    """(N, K) integers 0–15 → the int4 kernel's packed (N, K / 2) uint8 layout, PACK_ROWS rows at a time."""
+def _pack_op(values: Tensor) -> Tensor:
+    """PyTorch's own packing op (int32 input), PACK_ROWS rows at a time (row blocks of 32 pack independently)."""
     parts = [torch.ops.aten._convert_weight_to_int4pack_for_cpu(values[i : i + PACK_ROWS].to(torch.int32), 1)
-             for i in range(0, values.shape[0], PACK_ROWS)]  # row blocks of 32 pack independently
+             for i in range(0, values.shape[0], PACK_ROWS)]
     return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def _pack_uint8(values: Tensor) -> Tensor:
+    """The same layout by reshaping uint8 values: per 32 rows, a (K/2, 2, 16) grid of bytes holding rows
+    n (low nibble) and n + 16 (high nibble) of input pair k//2, parity k%2. Checked against the op
+    (:func:`_layout_matches`) before use: a torch that packs differently falls back to the op."""
+    n, k = values.shape
+    v = values.view(n // 32, 2, 16, k // 2, 2)  # (row block, half, row in half, input pair, parity)
+    return (v[:, 0] | (v[:, 1] << 4)).permute(0, 2, 3, 1).reshape(n, k // 2)
+
+
+_LAYOUT: list[bool] = []
+
+
+def _layout_matches() -> bool:
+    if not _LAYOUT:
+        probe = torch.randint(0, 16, (64, 128), generator=torch.Generator().manual_seed(0)).to(torch.uint8)
+        _LAYOUT.append(torch.equal(_pack_uint8(probe), _pack_op(probe)))
+    return _LAYOUT[0]
+
+
+def _pack(values: Tensor) -> Tensor:
+    """(N, K) uint8 integers 0–15 → the int4 kernel's packed (N, K / 2) uint8 layout."""
+    if values.shape[0] % 32 == 0 and _layout_matches():
+        return _pack_uint8(values)  # 5–10× faster than the op, which wants 4 bytes per value
+    return _pack_op(values)
 
 
 def int4_planes(gq: GroupQuant) -> list[tuple[Tensor, Tensor]]:

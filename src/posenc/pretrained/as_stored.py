@@ -22,6 +22,7 @@ The as-stored and int8/int4 kernels are CPU-only (``--device cpu``).
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,25 @@ def _row_order(name: str, cfg, source_pairing: str) -> Tensor | None:
     return None if torch.equal(order, torch.arange(len(order))) else order
 
 
+@contextlib.contextmanager
+def _meta_init():
+    """Skip ``nn.init.normal_`` on meta tensors while a model is built on the meta device.
+
+    Nothing is initialised on meta anyway, but ``normal_`` has no C++ meta kernel: its Python
+    decomposition imports ``torch._dynamo``, which alone took 1–6 s of a load here.
+    """
+    original = nn.init.normal_
+
+    def normal_(tensor: Tensor, *args, **kwargs) -> Tensor:
+        return tensor if tensor.is_meta else original(tensor, *args, **kwargs)
+
+    nn.init.normal_ = normal_
+    try:
+        yield
+    finally:
+        nn.init.normal_ = original
+
+
 def _install(model: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, attr = name.removesuffix(".weight").rpartition(".")
     setattr(model.get_submodule(parent) if parent else model, attr, module)
@@ -77,8 +97,8 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict
     Returns:
         {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
     """
-    from posenc.formats.gguf import (GROUP_TYPES, config_from_metadata, index_tensors, load_tensor, open_gguf,
-                                     raw_blocks, read_metadata, type_name)
+    from posenc.formats.gguf import (GROUP_TYPES, config_from_metadata, index_tensors, load_tensor, open_mapped,
+                                     raw_blocks, type_name)
     from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
     from posenc.families import family_named
     from posenc.models.llama import build_llama
@@ -86,13 +106,14 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
     from posenc.pretrained.tokenizer import Tokenizer
 
-    reader = open_gguf(path)  # memory-mapped: tensor data is read where it lies
-    meta = read_metadata(reader)
+    mapped = open_mapped(path)  # memory-mapped: tensor data is read where it lies, when it is used
+    meta = mapped.metadata
     hf = config_from_metadata(meta, path)
-    found = index_tensors(reader, path, hf)
+    found = index_tensors(mapped, path, hf)
     hf["tie_word_embeddings"] = "lm_head.weight" not in found
     cfg = llama_config_from_hf(hf, pairing=pairing, source=str(path))
-    model = build_llama(cfg, device="meta")
+    with _meta_init():
+        model = build_llama(cfg, device="meta")
     family = family_named(cfg.family)
     source_pairing = "interleaved"  # llama.cpp's q/k row order
     stored: dict[str, str] = {}

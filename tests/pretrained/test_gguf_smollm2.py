@@ -44,7 +44,7 @@ def test_read_matches_hf_loader(hf_model) -> None:
 def test_logits_and_greedy_paris(hf_model, pairing: str) -> None:
     from posenc.pretrained import load_pretrained
 
-    pm = load_pretrained(smollm2_path(), pairing=pairing)
+    pm = load_pretrained(smollm2_path(), pairing=pairing, weights="dequantised")
     ids = torch.tensor([pm.tokenizer.encode(PROMPT)])
     with torch.no_grad():
         ref, got = hf_model(ids).logits, pm.model(ids)

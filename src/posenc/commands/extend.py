@@ -94,6 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_threads(p, help="torch intra-op threads (default: torch's choice; the recorded run used 1)")
     add_device(p)
     add_dtype(p)
+    from posenc.commands.generate import add_weights
+
+    add_weights(p)
     add_quiet(p)
     p.set_defaults(func=run)
 
@@ -197,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise ValueError(f"this posenc build cannot load pretrained checkpoints ({err})") from None
     began = time.perf_counter()
-    pm = load_pretrained(str(path), dtype=dtype_of(args), device=device_of(args))
+    pm = load_pretrained(str(path), dtype=dtype_of(args), device=device_of(args), weights=args.weights)
     declared = trained_context(pm.config)
     cfg = grid_config(args, declared)
     meta.update({"model": str(path), "declared_context": declared, "grid": config_dict(cfg),

@@ -26,8 +26,19 @@ def add_model_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pairing", default="interleaved", choices=("interleaved", "half"),
                    help="RoPE pairing to run (default interleaved, the fast kernel; q/k rows are converted at load; "
                         "same results either way)")
+    add_weights(p)
     add_quiet(p)
     add_json(p)
+
+
+def add_weights(p: argparse.ArgumentParser) -> None:
+    """``--weights``: how the checkpoint's weights are held (``posenc.pretrained.as_stored``)."""
+    from posenc.pretrained.as_stored import WEIGHTS
+
+    p.add_argument("--weights", choices=WEIGHTS, default=None,
+                   help="as-stored: a GGUF file's quantised blocks kept and run by PyTorch's int4 CPU kernel (the "
+                        "default for .gguf); dequantised: every weight in --dtype (the default for HF folders); "
+                        "int8 / int4: weight-only quantisation at load, its logit error against float32 printed")
 
 
 def load_model(args: argparse.Namespace) -> Any:
@@ -37,13 +48,21 @@ def load_model(args: argparse.Namespace) -> Any:
     apply_threads(args)
     device = device_of(args)
     start = time.perf_counter()
-    pm = load_pretrained(args.model, dtype=dtype_of(args), device=device, pairing=args.pairing)
+    pm = load_pretrained(args.model, dtype=dtype_of(args), device=device, pairing=args.pairing,
+                         weights=getattr(args, "weights", None))
     if pm.tokenizer is None:
         raise ValueError(f"{args.model}: no tokenizer.json next to the weights; this command needs the model's "
                          "tokenizer (download tokenizer.json from the model's repository)")
     if not args.quiet:
         print(f"loaded {args.model} ({pm.config.num_layers} layers, d={pm.config.dim}, {pm.config.position}, "
-              f"{args.dtype}, {args.device}) in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+              f"{args.dtype}, {args.device}, weights {pm.weights}) in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr)
+        if pm.weights in ("int8", "int4"):
+            from posenc.pretrained.as_stored import logit_error
+
+            err = logit_error(pm, args.model, dtype=dtype_of(args), pairing=args.pairing)
+            print(f"{pm.weights} weights against float32 on a probe sentence: max |Δlogit| {err['max_abs']:.3g}, "
+                  f"top-1 agreement {err['top1']:.1%}", file=sys.stderr)
     return pm
 
 

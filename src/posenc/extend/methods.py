@@ -290,6 +290,9 @@ def build_variant(model: nn.Module, method: str, *, factor: float | None, origin
                             layers=layers, length=length)
     first = next(model.parameters())
     variant = (builder or default_builder(model))(config).to(device=first.device, dtype=first.dtype)
+    from posenc.pretrained.as_stored import share_quantised
+
+    share_quantised(model, variant)  # weights kept as stored (posenc.models.quant) are shared, not rebuilt
     variant.load_state_dict(model.state_dict(), strict=True)
     return variant.eval()
 

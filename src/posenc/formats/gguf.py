@@ -540,3 +540,160 @@ def inspect_checkpoint_of(path: str | Path) -> Checkpoint:
     ckpt.notes.append(f"GGUF file: config from its metadata; tensors dequantised from "
                       f"{', '.join(sorted(set(e.dtype for e in entries.values())))} when measured")
     return ckpt
+
+
+# -- quantised blocks as stored (posenc.models.quant runs them) -----------------------------------------------------
+#: GGML types whose blocks are integers with one float scale and one float offset per 32 values:
+#: value = scale · q + minimum exactly (float32), q unsigned with this many bits.
+GROUP_TYPES = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q8_0": 8}
+#: Bytes of one block and the values it holds (ggml-common.h).
+BLOCK_BYTES = {"Q4_0": (18, 32), "Q4_1": (20, 32), "Q5_0": (22, 32), "Q5_1": (24, 32), "Q8_0": (34, 32),
+               "Q4_K": (144, 256), "Q5_K": (176, 256)}
+
+
+def raw_blocks(t) -> Tensor:
+    """A reader tensor's stored bytes as a ``(rows, bytes per row)`` uint8 tensor over the memory map (no copy).
+
+    The map is read-only: the tensor must not be written to (nothing in posenc does).
+    """
+    import warnings
+
+    data = t.data.reshape(tensor_shape(t)[0], -1) if len(t.shape) > 1 else t.data.reshape(1, -1)
+    with warnings.catch_warnings():  # torch warns that the array is not writable; it is only read
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(data.view(np.uint8))
+
+
+def _fp16(raw: Tensor, at: int) -> Tensor:
+    """(R, G, bytes) blocks → (R, G) float32 from the float16 stored at byte ``at`` of each block."""
+    return raw[..., at : at + 2].contiguous().view(torch.float16)[..., 0].float()
+
+
+def _nibbles(qs: Tensor) -> Tensor:
+    """(…, 16) bytes → (…, 32) values: low nibbles are values 0–15, high nibbles 16–31 (Q4_0, Q4_1, Q5_*)."""
+    return torch.cat((qs & 15, qs >> 4), dim=-1)
+
+
+def _bits(qh: Tensor, count: int) -> Tensor:
+    """(…, count // 8) bytes, little-endian → (…, count) bits (bit j of the little-endian word)."""
+    shifts = torch.arange(8, dtype=torch.uint8)
+    return ((qh[..., :, None] >> shifts) & 1).reshape(*qh.shape[:-1], count)
+
+
+def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
+    """(…, 12) packed 6-bit scales and mins of a Q4_K / Q5_K block → (…, 8) each (ggml's get_scale_min_k4)."""
+    d, m, md = s[..., 0:4], s[..., 4:8], s[..., 8:12]
+    sc = torch.cat((d & 63, (md & 15) | ((d >> 2) & 48)), dim=-1)
+    mn = torch.cat((m & 63, (md >> 4) | ((m >> 2) & 48)), dim=-1)
+    return sc, mn
+
+
+def decode_groups(raw: Tensor, kind: str) -> tuple[Tensor, Tensor, Tensor, int]:
+    """Stored blocks → (values, scale, minimum, bits) with value = scale · q + minimum per 32 values.
+
+    Args:
+        raw: ``(rows, bytes per row)`` uint8 blocks of one of :data:`GROUP_TYPES` (from :func:`raw_blocks`,
+            or any rows of it).
+        kind: the GGML type.
+
+    Returns:
+        q ``(rows, K)`` uint8 in ``[0, 2**bits)``, scale and minimum ``(rows, K // 32)`` float32. Computed in
+        float32 as ``scale * q + minimum`` (a multiply, then an add) they give exactly the values of
+        :func:`dequantize` (the ``gguf`` package's dequantisers): every product of a float16 scale and a
+        small integer is exact in float32, and K-quants' sub-block scale ``d · sc`` (11 + 6 bits) too.
+    """
+    if kind not in GROUP_TYPES:
+        raise ValueError(f"{kind} blocks are not 32 integers with one scale and offset; group types: "
+                         f"{', '.join(GROUP_TYPES)}")
+    size, per = BLOCK_BYTES[kind]
+    rows = raw.shape[0]
+    b = raw.reshape(rows, -1, size)  # (R, blocks, bytes)
+    if kind in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
+        d = _fp16(b, 0)  # (R, G)
+        if kind == "Q8_0":
+            q = (b[..., 2:].contiguous().view(torch.int8).to(torch.int16) + 128).to(torch.uint8)  # (R, G, 32)
+            return q.reshape(rows, -1), d, d * -128.0, 8
+        offset = {"Q4_0": 2, "Q4_1": 4, "Q5_0": 2, "Q5_1": 4}[kind]
+        if kind in ("Q5_0", "Q5_1"):
+            high = _bits(b[..., offset : offset + 4], 32)  # (R, G, 32): the fifth bit of each value
+            q = _nibbles(b[..., offset + 4 :]) | (high << 4)
+        else:
+            q = _nibbles(b[..., offset:])
+        minimum = _fp16(b, 2) if kind in ("Q4_1", "Q5_1") else d * (-8.0 if kind == "Q4_0" else -16.0)
+        return q.reshape(rows, -1), d, minimum, GROUP_TYPES[kind]
+    # K-quants: 256 values in 8 sub-blocks of 32, each with a 6-bit scale and min under two float16 factors
+    d, dmin = _fp16(b, 0)[..., None], _fp16(b, 2)[..., None]  # (R, G, 1)
+    sc, mn = _k_scales(b[..., 4:16])  # (R, G, 8)
+    scale, minimum = d * sc.float(), -(dmin * mn.float())
+    qs = b[..., -128:].reshape(rows, -1, 4, 32)  # 4 chunks of 32 bytes: sub-blocks 2c (low) and 2c + 1 (high)
+    q = torch.stack((qs & 15, qs >> 4), dim=3).reshape(rows, -1, 8, 32)  # (R, G, sub-block, 32)
+    if kind == "Q5_K":
+        qh = b[..., 16:48]  # (R, G, 32): bit i of byte l is the fifth bit of value l of sub-block i
+        q = q | ((qh[:, :, None, :] >> torch.arange(8, dtype=torch.uint8)[:, None]) & 1) << 4
+    return q.reshape(rows, -1), scale.reshape(rows, -1), minimum.reshape(rows, -1), GROUP_TYPES[kind]
+
+
+# -- a memory-mapped view without the gguf package's reader ----------------------------------------------------------
+@dataclass
+class MappedTensor:
+    """One tensor of a GGUF file over its memory map, with the attributes of ``gguf``'s ``ReaderTensor`` that
+    posenc reads: ``name``, ``tensor_type``, ``shape`` (dimensions fastest first), ``data`` (a numpy view:
+    float32 / float16 for those types, else the bytes as ``(…, bytes per row)`` uint8), ``data_offset``, ``n_bytes``.
+    """
+
+    name: str
+    tensor_type: Any
+    shape: np.ndarray
+    data: np.ndarray
+    data_offset: int
+    n_bytes: int
+
+
+@dataclass
+class MappedGGUF:
+    """What :func:`open_mapped` returns: metadata by key (arrays as lists) and the tensors, in file order."""
+
+    path: Path
+    metadata: dict[str, Any]
+    tensors: list[MappedTensor]
+
+
+def open_mapped(path: str | Path) -> MappedGGUF:
+    """Metadata and memory-mapped tensors of a GGUF file from posenc's own bounded header walk.
+
+    The same file checks as :func:`open_gguf` (``check_header`` bounds every size first), without
+    ``gguf.GGUFReader``'s per-element numpy views of the metadata (which take most of a load: ~147,000
+    elements for SmolLM2). Tensor bytes are not read: ``data`` views the map.
+
+    Raises:
+        FileNotFoundError, GGUFError: as :func:`open_gguf`.
+    """
+    gguf = _gguf()
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise GGUFError(f"{path}: not a GGUF file (it starts with {magic!r}, a GGUF file starts with b'GGUF'). "
+                        "Point posenc at a .gguf file written by llama.cpp or the gguf package")
+    header = check_header(path)
+    meta = {k: (v.items if v.type == 9 else v.value) for k, v in header.metadata.items()}
+    if any(v.type == 9 and v.items is None for v in header.metadata.values()):
+        meta = {k: v for k, v in meta.items() if v is not None}  # arrays of arrays: no key posenc reads
+    whole = np.memmap(path, dtype=np.uint8, mode="r")
+    tensors = []
+    for (name, kind, dims), offset in zip(header.tensors, header.offsets):
+        qtype = gguf.GGMLQuantizationType(kind)
+        block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        n_bytes = int(np.prod(dims)) // block * type_size
+        start = header.data_offset + offset
+        raw = whole[start : start + n_bytes]
+        hf_shape = tuple(reversed(dims))
+        if qtype.name in ("F32", "F16"):
+            data = raw.view(np.float32 if qtype.name == "F32" else np.float16).reshape(hf_shape)
+        else:
+            data = raw.reshape(*hf_shape[:-1], hf_shape[-1] // block * type_size)
+        tensors.append(MappedTensor(name, qtype, np.array(dims), data, start, n_bytes))
+    return MappedGGUF(path, meta, tensors)
+

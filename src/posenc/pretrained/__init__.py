@@ -34,10 +34,13 @@ class Pretrained:
     tokenizer: Tokenizer | None
     source: str
     hf_config: dict[str, Any] = field(default_factory=dict)
+    #: how the weights are held (``posenc.pretrained.as_stored.WEIGHTS``) and, per quantised module, as what
+    weights: str = "dequantised"
+    stored: dict[str, str] = field(default_factory=dict)
 
 
 def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
-                    pairing: str = "interleaved") -> Pretrained:
+                    pairing: str = "interleaved", weights: str | None = None) -> Pretrained:
     """Load an HF-layout folder or a GGUF file as a posenc LlamaLM (in eval mode).
 
     Args:
@@ -46,6 +49,9 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
         device: "cpu" or "cuda" (or a torch.device).
         pairing: RoPE pairing the model runs — "interleaved" (posenc's fast kernel; q/k rows are
             permuted once at load time) or "half" (the rows as HF stores them). Same logits either way.
+        weights: how the weights are held — "as-stored" (GGUF blocks kept and run by int4 kernels;
+            the default for .gguf files), "dequantised" (every tensor in ``dtype``; the default for HF
+            folders), "int8" or "int4" (weight-only quantisation at load). See ``posenc.pretrained.as_stored``.
 
     Raises:
         FileNotFoundError: nothing at ``path``.
@@ -60,8 +66,21 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder; give an HF model folder or a .gguf file")
-    if path.is_file() and path.suffix.lower() == ".gguf":
-        return _load_gguf(path, dtype=dtype, device=device, pairing=pairing)
+    from posenc.pretrained.as_stored import check_weights, quantise_model
+
+    gguf = path.is_file() and path.suffix.lower() == ".gguf"
+    weights = check_weights(weights, gguf=gguf, device=device)
+    if gguf and weights == "as-stored":
+        from posenc.pretrained.as_stored import load_gguf_as_stored
+
+        got = load_gguf_as_stored(path, dtype=dtype, pairing=pairing)
+        return Pretrained(model=got["model"], config=got["config"], tokenizer=got["tokenizer"], source=str(path),
+                          hf_config=got["hf_config"], weights=weights, stored=got["stored"])
+    if gguf:
+        pm = _load_gguf(path, dtype=dtype, device=device, pairing=pairing)
+        if weights in ("int8", "int4"):
+            pm.stored, pm.weights = quantise_model(pm.model, 8 if weights == "int8" else 4), weights
+        return pm
     if path.is_file():
         from posenc.formats.safetensors import refuse_pickle
 
@@ -72,8 +91,9 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     from posenc.pretrained.tokenizer import load_hf_tokenizer
 
     model, hf = load_hf_folder(path, dtype=dtype, device=device, pairing=pairing)
+    stored = quantise_model(model, 8 if weights == "int8" else 4) if weights in ("int8", "int4") else {}
     return Pretrained(model=model, config=model.config, tokenizer=load_hf_tokenizer(path, hf), source=str(path),
-                      hf_config=hf)
+                      hf_config=hf, weights=weights, stored=stored)
 
 
 def _load_gguf(path: Path, *, dtype: torch.dtype, device: str | torch.device, pairing: str) -> Pretrained:

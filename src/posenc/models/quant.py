@@ -1,0 +1,330 @@
+"""Weight-only quantised parts: projections, the output head and the token table held as small integers.
+
+A ``QuantLinear`` computes ``x · Wᵀ (+ b)`` with ``W`` kept as integers and
+per-group floats, never as a float matrix, so that a decoding step reads 4 or
+8 bits per weight instead of 32. Two weight layouts, each run by one of
+PyTorch's own CPU weight-only kernels:
+
+- **group-wise** (:class:`GroupQuant`): for each 32 consecutive inputs of an
+  output row, ``w = scale · q + minimum`` with ``q`` an unsigned integer of at
+  most 8 bits. This is exactly how llama.cpp's GGUF blocks Q4_0, Q4_1, Q4_K,
+  Q5_0, Q5_1, Q5_K and Q8_0 are defined (``posenc.formats.gguf.decode_groups``
+  turns their bytes into it, value for value). It runs on
+  ``torch.ops.aten._weight_int4pack_mm_for_cpu`` (tinygemm's layout:
+  ``w = (q − 8) · s + z`` per group of 32, ``q`` 4 bits): values of 4 bits are
+  one packed plane; values of 5–8 bits are split into two 4-bit planes
+  ``q = 16 · hi + lo`` and the two products added. (PyTorch's int8 kernel,
+  ``_weight_int8pack_mm``, takes one scale per output row only, so it cannot
+  hold Q8_0's per-32 scales exactly; the two-plane form keeps every integer.)
+- **per-row int8** (:func:`int8_rows`): ``w = scale_row · q``, ``q`` in
+  [−127, 127], run on ``torch.ops.aten._weight_int8pack_mm`` — the opt-in
+  quantisation of float checkpoints (``posenc generate --weights int8``).
+
+What is exact and what is not: the integers always; the scales and zero
+points are handed to the kernels in bfloat16 (both kernels take them in the
+activation dtype, and on this project's AVX2 machines only their bfloat16
+paths are vectorised — float32 activations ran 35× slower), so each group's
+scale is rounded to 8 significant bits, the activations are rounded to
+bfloat16 on the way in and the outputs on the way out. The error this adds to
+the logits is measured, not assumed (``benchmarks/realmodels``, ``posenc
+generate --weights`` prints it). Long inputs (at least :data:`DEQUANTISE_ROWS`
+rows: prefill, scoring) instead multiply by the exact float32 weight,
+re-decoded for the call from the stored blocks, through the BLAS matmul — on
+a CPU without bfloat16 arithmetic that is faster there, and exact.
+
+References used to verify: the ``gguf`` package's numpy dequantisers
+(``tests/pretrained/test_quant.py``: the decoded groups equal ``read_gguf``'s
+float32 tensors bit for bit) and ``F.linear`` with the weight the kernel is
+given (equal to bfloat16 rounding).
+
+Shape legend: N output features, K input features, G = K / 32 groups, M rows of input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+#: Inputs per scale (llama.cpp's block size; the int4 kernel also takes 64, 128, 256).
+GROUP = 32
+#: The dtype the kernels see: activations, scales and zero points (their vectorised path on AVX2 CPUs).
+KERNEL_DTYPE = torch.bfloat16
+#: Inputs with at least this many rows multiply by the exact float weight through BLAS when the
+#: stored blocks can be re-decoded (measured on 2 AVX2 cores: the int4 kernel is faster below ~256 rows).
+DEQUANTISE_ROWS = 256
+#: Rows packed per call at load time (the packing op needs int32 values: 4 bytes per weight, bounded here).
+PACK_ROWS = 4096
+
+
+@dataclass(frozen=True)
+class GroupQuant:
+    """A matrix as integers with one scale and one offset per ``group`` inputs: ``w = scale · q + minimum``.
+
+    Args:
+        values: (N, K) uint8 integers in ``[0, 2**bits)``.
+        scale, minimum: (N, K // group) float32.
+        bits: bits per integer (1–8).
+        group: inputs per scale.
+    """
+
+    values: Tensor
+    scale: Tensor
+    minimum: Tensor
+    bits: int
+    group: int = GROUP
+
+    def __post_init__(self) -> None:
+        n, k = self.values.shape
+        if not 1 <= self.bits <= 8 or self.values.dtype != torch.uint8:
+            raise ValueError(f"GroupQuant holds uint8 integers of 1–8 bits, got {self.values.dtype} with "
+                             f"bits={self.bits}")
+        if k % self.group or self.scale.shape != (n, k // self.group) or self.minimum.shape != self.scale.shape:
+            raise ValueError(f"a ({n} × {k}) GroupQuant needs scale and minimum of shape ({n}, {k // self.group}) "
+                             f"with K divisible by group={self.group}; got {tuple(self.scale.shape)} and "
+                             f"{tuple(self.minimum.shape)}")
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.values.shape)  # type: ignore[return-value]
+
+    def dequantize(self) -> Tensor:
+        """(N, K) float32: ``scale · q + minimum`` — a multiply, then an add (the GGUF dequantisers' order)."""
+        n, k = self.shape
+        q = self.values.view(n, -1, self.group).float()  # (N, G, 32)
+        return (q * self.scale[..., None] + self.minimum[..., None]).view(n, k)
+
+    def take_rows(self, index: Tensor) -> GroupQuant:
+        """The same matrix with its rows reordered (q/k rows between RoPE pairings): exact."""
+        return GroupQuant(self.values[index], self.scale[index], self.minimum[index], self.bits, self.group)
+
+
+def quantise_groups(w: Tensor, *, bits: int = 4, group: int = GROUP) -> GroupQuant:
+    """Round a float matrix to ``bits``-bit integers per ``group`` inputs, asymmetric (min / max of each group).
+
+    The opt-in quantisation of float checkpoints (``--weights int4``); GGUF files come already quantised.
+    """
+    n, k = w.shape
+    g = w.float().view(n, k // group, group)  # (N, G, 32)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / (2**bits - 1)).clamp_min(torch.finfo(torch.float32).tiny)
+    q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 2**bits - 1).to(torch.uint8)
+    return GroupQuant(q.view(n, k), scale, lo, bits, group)
+
+
+def int8_rows(w: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric int8 per output row: (q (N, K) int8 in [−127, 127], scale (N,) float32), ``w ≈ scale · q``."""
+    scale = (w.float().abs().amax(-1) / 127).clamp_min(torch.finfo(torch.float32).tiny)
+    return (w.float() / scale[:, None]).round().clamp(-127, 127).to(torch.int8), scale
+
+
+def _pack_op(values: Tensor) -> Tensor:
+    """PyTorch's own packing op (int32 input), PACK_ROWS rows at a time (row blocks of 32 pack independently)."""
+    parts = [torch.ops.aten._convert_weight_to_int4pack_for_cpu(values[i : i + PACK_ROWS].to(torch.int32), 1)
+             for i in range(0, values.shape[0], PACK_ROWS)]
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def _pack_uint8(values: Tensor) -> Tensor:
+    """The same layout by reshaping uint8 values: per 32 rows, a (K/2, 2, 16) grid of bytes holding rows
+    n (low nibble) and n + 16 (high nibble) of input pair k//2, parity k%2. Checked against the op
+    (:func:`_layout_matches`) before use: a torch that packs differently falls back to the op."""
+    n, k = values.shape
+    v = values.view(n // 32, 2, 16, k // 2, 2)  # (row block, half, row in half, input pair, parity)
+    return (v[:, 0] | (v[:, 1] << 4)).permute(0, 2, 3, 1).reshape(n, k // 2)
+
+
+_LAYOUT: list[bool] = []
+
+
+def _layout_matches() -> bool:
+    if not _LAYOUT:
+        probe = torch.randint(0, 16, (64, 128), generator=torch.Generator().manual_seed(0)).to(torch.uint8)
+        _LAYOUT.append(torch.equal(_pack_uint8(probe), _pack_op(probe)))
+    return _LAYOUT[0]
+
+
+def _pack(values: Tensor) -> Tensor:
+    """(N, K) uint8 integers 0–15 → the int4 kernel's packed (N, K / 2) uint8 layout."""
+    if values.shape[0] % 32 == 0 and _layout_matches():
+        return _pack_uint8(values)  # 5–10× faster than the op, which wants 4 bytes per value
+    return _pack_op(values)
+
+
+def int4_planes(gq: GroupQuant) -> list[tuple[Tensor, Tensor]]:
+    """A GroupQuant as 4-bit planes for ``_weight_int4pack_mm_for_cpu``: [(packed (N, K/2), scale_zero (G, N, 2))].
+
+    The kernel computes ``(q − 8) · s + z`` per group. Values of ≤ 4 bits: one plane, s = scale,
+    z = minimum + 8·scale. Wider values ``q = 16·hi + lo``: a plane of ``hi + c`` (s = 16·scale) and one of
+    ``lo`` (s = scale, z = scale / 2); their sum is ``scale · q + minimum`` when the hi plane's zero is
+    ``minimum + (2**(bits−1) + 7.5)·scale``. The offset ``c = 8 − 2**(bits−5)`` centres each plane's values
+    on zero, so that neither plane's (bfloat16) output is large and cancelled by the other's, and the zero
+    points stay small (Q8_0: 7.5·scale; Q5_0: 7.5·scale), so their bfloat16 rounding is too.
+    """
+    n, k = gq.shape
+    if n % 16 or gq.group not in (32, 64, 128, 256):
+        raise ValueError(f"the int4 kernel needs N divisible by 16 and a group of 32–256 inputs, got N={n}, "
+                         f"group={gq.group}; dequantise this matrix instead (--weights dequantised)")
+
+    def sz(s: Tensor, z: Tensor) -> Tensor:
+        return torch.stack((s, z), dim=-1).transpose(0, 1).contiguous().to(KERNEL_DTYPE)  # (G, N, 2)
+
+    if gq.bits <= 4:
+        return [(_pack(gq.values), sz(gq.scale, gq.minimum + 8 * gq.scale))]
+    c, z_hi = _hi_offset(gq.bits)
+    return [(_pack((gq.values >> 4) + c), sz(16 * gq.scale, gq.minimum + z_hi * gq.scale)),
+            (_pack(gq.values & 15), sz(gq.scale, gq.scale / 2))]
+
+
+def _hi_offset(bits: int) -> tuple[int, float]:
+    """(c, z / scale) of the high plane of ``bits``-bit values (see :func:`int4_planes`)."""
+    return 8 - 2 ** (bits - 5), 2 ** (bits - 1) + 7.5
+
+
+def kernel_weight(gq: GroupQuant) -> Tensor:
+    """(N, K) float32: the weight the int4 kernel multiplies by — :func:`int4_planes` with bfloat16 s and z."""
+    n, k = gq.shape
+    r = lambda t: t.to(KERNEL_DTYPE).float()[..., None]  # noqa: E731  (N, G, 1)
+    q = gq.values.view(n, -1, gq.group).float()  # (N, G, 32)
+    if gq.bits <= 4:
+        w = (q - 8) * r(gq.scale) + r(gq.minimum + 8 * gq.scale)
+    else:
+        c, z_hi = _hi_offset(gq.bits)
+        hi, lo = torch.div(q, 16, rounding_mode="floor") + c, torch.remainder(q, 16)
+        w = ((hi - 8) * r(16 * gq.scale) + r(gq.minimum + z_hi * gq.scale)) + ((lo - 8) * r(gq.scale)
+                                                                               + r(gq.scale / 2))
+    return w.view(n, k)
+
+
+class QuantLinear(nn.Module):
+    """``y = x · Wᵀ (+ b)`` with ``W`` held as integers (see the module docstring); a drop-in ``nn.Linear``.
+
+    Build one with :meth:`from_groups` (GGUF blocks, or :func:`quantise_groups`) or :meth:`from_int8_rows`.
+
+    Args:
+        in_features, out_features: K and N.
+        planes: int4 kernel planes (:func:`int4_planes`), or None.
+        int8: (q (N, K) int8, scale (N,)) for the int8 kernel, or None (exactly one of the two).
+        bias: (N,) or None.
+        exact: re-decodes the exact weight as a GroupQuant (for GGUF files: from the memory-mapped blocks);
+            when given, inputs of ≥ DEQUANTISE_ROWS rows multiply by it through BLAS.
+        stored: what the weight was stored as ("Q4_1", "int8 rows", …), for ``extra_repr``.
+    """
+
+    def __init__(self, *, in_features: int, out_features: int, planes: list[tuple[Tensor, Tensor]] | None = None,
+                 int8: tuple[Tensor, Tensor] | None = None, bias: Tensor | None = None,
+                 exact: Callable[[], GroupQuant] | None = None, stored: str = "") -> None:
+        super().__init__()
+        if (planes is None) == (int8 is None):
+            raise ValueError("QuantLinear takes exactly one of planes (int4 kernel) or int8 (int8 kernel)")
+        self.in_features, self.out_features, self.stored = in_features, out_features, stored
+        self.kernel = "int4" if planes is not None else "int8"
+        self.group = GROUP
+        # bfloat16 scales are kept as their int16 bit patterns: ``model.to(dtype)`` casts floating buffers,
+        # and the kernels need these in bfloat16 whatever the model's dtype
+        for i, (packed, scale_zero) in enumerate(planes or []):
+            self.register_buffer(f"packed{i}", packed)
+            self.register_buffer(f"scale_zero{i}", scale_zero.to(KERNEL_DTYPE).view(torch.int16))
+        self.planes = len(planes or [])
+        if int8 is not None:
+            self.register_buffer("q8", int8[0])
+            self.register_buffer("scale8", int8[1].to(KERNEL_DTYPE).view(torch.int16))
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        self._exact = exact  # a plain attribute: not state, not moved; CPU memory map
+
+    @classmethod
+    def from_groups(cls, gq: GroupQuant, *, bias: Tensor | None = None, exact: Callable[[], GroupQuant] | None = None,
+                    stored: str = "") -> QuantLinear:
+        n, k = gq.shape
+        return cls(in_features=k, out_features=n, planes=int4_planes(gq), bias=bias, exact=exact,
+                   stored=stored or f"int{gq.bits}/{gq.group}")
+
+    @classmethod
+    def from_int8_rows(cls, w: Tensor, *, bias: Tensor | None = None) -> QuantLinear:
+        q, scale = int8_rows(w)
+        return cls(in_features=w.shape[1], out_features=w.shape[0], int8=(q, scale), bias=bias, stored="int8 rows")
+
+    def exact_weight(self) -> Tensor | None:
+        """(N, K) float32 exactly as stored (GGUF: equal to ``read_gguf``'s tensor), or None if not kept."""
+        return None if self._exact is None else self._exact().dequantize()
+
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, self.in_features)  # (M, K)
+        if self._exact is not None and rows.shape[0] >= DEQUANTISE_ROWS:
+            out = F.linear(rows, self._exact().dequantize().to(x.dtype))  # long inputs: BLAS on the exact weight
+        else:
+            xk = rows.to(KERNEL_DTYPE)
+            if self.kernel == "int8":
+                out = torch.ops.aten._weight_int8pack_mm(xk, self.q8, self.scale8.view(KERNEL_DTYPE)).to(x.dtype)
+            else:
+                out = None
+                for i in range(self.planes):  # (M, N) per plane, added in the activation dtype
+                    part = torch.ops.aten._weight_int4pack_mm_for_cpu(
+                        xk, getattr(self, f"packed{i}"), self.group,
+                        getattr(self, f"scale_zero{i}").view(KERNEL_DTYPE)).to(x.dtype)
+                    out = part if out is None else out + part
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.reshape(*x.shape[:-1], self.out_features)  # (…, N)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, stored={self.stored}, "
+                f"kernel={self.kernel}{f' ×{self.planes} planes' if self.planes > 1 else ''}, "
+                f"bias={self.bias is not None}")
+
+
+class QuantHead(QuantLinear):
+    """The output head as a QuantLinear (``LlamaLM.logits`` calls it like ``OutputHead``); ``tied`` is informational.
+
+    ``weight`` is a meta tensor of the head's shape and activation dtype (the values are in the blocks).
+    """
+
+    def __init__(self, *, tied: bool, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.tied, self.dim, self.vocab_size = tied, self.in_features, self.out_features
+        self.weight = torch.empty(self.out_features, self.in_features, device="meta")
+
+    @classmethod
+    def of(cls, linear: QuantLinear, *, tied: bool) -> QuantHead:
+        planes = [(getattr(linear, f"packed{i}"), getattr(linear, f"scale_zero{i}").view(KERNEL_DTYPE))
+                  for i in range(linear.planes)]
+        int8 = (linear.q8, linear.scale8.view(KERNEL_DTYPE)) if linear.kernel == "int8" else None
+        return cls(tied=tied, in_features=linear.in_features, out_features=linear.out_features, planes=planes or None,
+                   int8=int8, bias=linear.bias, exact=linear._exact, stored=linear.stored)
+
+
+class QuantEmbedding(nn.Module):
+    """The token table kept as stored blocks: a lookup decodes just the rows it needs, exactly.
+
+    Args:
+        stored: (V, bytes per row) the table's blocks (a GGUF memory map: nothing is copied).
+        decode: rows of ``stored`` → GroupQuant (``posenc.formats.gguf.decode_groups``).
+        dim: D.
+
+    ``weight`` is a meta tensor of shape (V, D) in float32 — shape and dtype only.
+    """
+
+    def __init__(self, *, stored: Tensor, decode: Callable[[Tensor], GroupQuant], dim: int, kind: str = "") -> None:
+        super().__init__()
+        self.stored, self.decode, self.kind = stored, decode, kind
+        self.vocab_size, self.dim, self.scale = stored.shape[0], dim, False
+        self.weight = torch.empty(self.vocab_size, dim, device="meta")
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """(B, T) ids → (B, T, D) float32 rows, equal to the dequantised table's."""
+        from posenc.embedding import check_ids
+
+        check_ids(ids, self.vocab_size)
+        flat = ids.reshape(-1)
+        rows = self.decode(self.stored[flat.cpu()]).dequantize()  # (B·T, D)
+        return rows.to(ids.device).view(*ids.shape, self.dim)
+
+    def groups(self) -> GroupQuant:
+        """The whole table as a GroupQuant (for a tied head)."""
+        return self.decode(self.stored)
+
+    def extra_repr(self) -> str:
+        return f"vocab_size={self.vocab_size}, dim={self.dim}, stored={self.kind}"

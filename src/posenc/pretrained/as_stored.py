@@ -1,0 +1,220 @@
+"""How a checkpoint's weights are held in memory: ``--weights as-stored | dequantised | int8 | int4``.
+
+- ``as-stored`` (default for GGUF files): the file is memory-mapped and its
+  quantised blocks stay as they are. Projections and the output head stored in
+  a group type (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0) become
+  ``posenc.models.quant.QuantLinear`` (integers repacked once for PyTorch's int4
+  CPU kernel; 5–8-bit values as two 4-bit planes); a token table in one of
+  those types is looked up row by row from the map (``QuantEmbedding``,
+  exact). Every other tensor — norms (F32), and projections in the types with
+  16-value sub-blocks (Q2_K, Q3_K, Q6_K) or in F16 / BF16 — is dequantised to
+  the activation dtype (``--dtype``), as ``dequantised`` does. For an HF
+  folder, ``as-stored`` is ``dequantised``: its float tensors cast to ``--dtype``.
+- ``dequantised``: every tensor dequantised (or cast) to ``--dtype``: the
+  float32 reference the other choices are measured against.
+- ``int8`` / ``int4``: the float weights (of any checkpoint) quantised at load
+  time, weight-only: every projection and the output head — int8 per output
+  row (``_weight_int8pack_mm``) or int4 per 32 inputs, min/max asymmetric
+  (``_weight_int4pack_mm_for_cpu``). The token table stays float.
+
+The as-stored and int8/int4 kernels are CPU-only (``--device cpu``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+#: The choices of ``--weights`` (and ``load_pretrained(weights=...)``).
+WEIGHTS = ("as-stored", "dequantised", "int8", "int4")
+
+
+def check_weights(weights: str | None, *, gguf: bool, device: str | torch.device) -> str:
+    """The weights mode for a checkpoint: None → as-stored for GGUF, dequantised otherwise; CPU-only checked."""
+    if weights is None:
+        weights = "as-stored" if gguf else "dequantised"
+    if weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {list(WEIGHTS)}, got {weights!r}")
+    if not gguf and weights == "as-stored":
+        weights = "dequantised"
+    if weights != "dequantised" and torch.device(device).type != "cpu":
+        raise ValueError(f"--weights {weights} runs on PyTorch's CPU weight-only kernels; on {device} use "
+                         "--weights dequantised")
+    return weights
+
+
+def _groups(raw: Tensor, kind: str):
+    from posenc.formats.gguf import decode_groups
+    from posenc.models.quant import GroupQuant
+
+    return GroupQuant(*decode_groups(raw, kind))
+
+
+def _row_order(name: str, cfg, source_pairing: str) -> Tensor | None:
+    """The row permutation ``hf._to_pairing`` applies to this q/k weight (None: rows stay as stored)."""
+    from posenc.pretrained.hf import _to_pairing
+
+    if not name.endswith(("attn.q_proj.weight", "attn.k_proj.weight")):
+        return None
+    heads = cfg.num_heads if ".q_proj." in name else cfg.kv_heads
+    index = torch.arange(heads * cfg.attention_head_dim, dtype=torch.float64)[:, None]
+    order = _to_pairing(name, index, cfg, source_pairing)[:, 0].long()
+    return None if torch.equal(order, torch.arange(len(order))) else order
+
+
+@contextlib.contextmanager
+def _meta_init():
+    """Skip ``nn.init.normal_`` on meta tensors while a model is built on the meta device.
+
+    Nothing is initialised on meta anyway, but ``normal_`` has no C++ meta kernel: its Python
+    decomposition imports ``torch._dynamo``, which alone took 1–6 s of a load here.
+    """
+    original = nn.init.normal_
+
+    def normal_(tensor: Tensor, *args, **kwargs) -> Tensor:
+        return tensor if tensor.is_meta else original(tensor, *args, **kwargs)
+
+    nn.init.normal_ = normal_
+    try:
+        yield
+    finally:
+        nn.init.normal_ = original
+
+
+def _install(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, attr = name.removesuffix(".weight").rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, attr, module)
+
+
+def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict[str, Any]:
+    """A GGUF file with its group-quantised blocks kept (see the module docstring).
+
+    Returns:
+        {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
+    """
+    from posenc.formats.gguf import (GROUP_TYPES, config_from_metadata, index_tensors, load_tensor, open_mapped,
+                                     raw_blocks, type_name)
+    from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
+    from posenc.families import family_named
+    from posenc.models.llama import build_llama
+    from posenc.models.quant import QuantEmbedding, QuantHead, QuantLinear
+    from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
+    from posenc.pretrained.tokenizer import Tokenizer
+
+    mapped = open_mapped(path)  # memory-mapped: tensor data is read where it lies, when it is used
+    meta = mapped.metadata
+    hf = config_from_metadata(meta, path)
+    found = index_tensors(mapped, path, hf)
+    hf["tie_word_embeddings"] = "lm_head.weight" not in found
+    cfg = llama_config_from_hf(hf, pairing=pairing, source=str(path))
+    with _meta_init():
+        model = build_llama(cfg, device="meta")
+    family = family_named(cfg.family)
+    source_pairing = "interleaved"  # llama.cpp's q/k row order
+    stored: dict[str, str] = {}
+    rest: list[tuple[str, Any]] = []
+    for hf_name, t in found.items():
+        kind, name = type_name(t), family.posenc_name(hf_name)
+        if kind not in GROUP_TYPES:
+            rest.append((hf_name, t))
+            continue
+        raw = raw_blocks(t)
+        if name == "embed.weight":
+            model.embed = QuantEmbedding(stored=raw, decode=partial(_groups, kind=kind), dim=cfg.dim, kind=kind)
+            if cfg.tie_embeddings:
+                gq = model.embed.groups()
+                exact = partial(_groups, raw, kind)
+                model.head = QuantHead.of(QuantLinear.from_groups(gq, exact=exact, stored=kind), tied=True)
+            stored[name] = f"{kind} blocks (memory map)"
+            continue
+        module = model.head if name == "head.weight" else model.get_submodule(name.removesuffix(".weight"))
+        if not isinstance(module, nn.Linear) and name != "head.weight":
+            rest.append((hf_name, t))
+            continue
+        order = _row_order(name, cfg, source_pairing)
+        gq = _groups(raw, kind)
+        if order is None:
+            exact = partial(_groups, raw, kind)
+        else:
+            gq = gq.take_rows(order)
+            exact = lambda raw=raw, kind=kind, order=order: _groups(raw, kind).take_rows(order)  # noqa: E731
+        ql = QuantLinear.from_groups(gq, exact=exact, stored=kind)
+        _install(model, name, QuantHead.of(ql, tied=False) if name == "head.weight" else ql)
+        stored[name] = f"{kind} → int4 kernel ×{ql.planes}"
+    tensors = ((n, load_tensor(t, n, hf, path, keep_interleaved=True)) for n, t in rest)
+    for n, t in rest:
+        stored[family.posenc_name(n)] = f"{type_name(t)} → {str(dtype).removeprefix('torch.')}"
+    load_llama_weights(model, tensors, source=str(path), dtype=dtype, device="cpu", source_pairing=source_pairing)
+    get = lambda key: int(meta[key]) if key in meta else None  # noqa: E731
+    tok = Tokenizer(tokenizer_from_metadata(meta, path), bos_id=get("tokenizer.ggml.bos_token_id"),
+                    eos_id=get("tokenizer.ggml.eos_token_id"), chat_template=meta.get("tokenizer.chat_template"),
+                    add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)))
+    return {"model": model.eval(), "config": cfg, "hf_config": hf, "tokenizer": tok, "stored": stored}
+
+
+def quantise_model(model: nn.Module, bits: int) -> dict[str, str]:
+    """Replace every projection ``nn.Linear`` and the output head by a weight-only int8 / int4 QuantLinear.
+
+    Returns:
+        posenc module name → how it is held.
+    """
+    from posenc.embedding import OutputHead
+    from posenc.models.quant import QuantHead, QuantLinear, quantise_groups
+
+    def make(weight: Tensor, bias: Tensor | None) -> QuantLinear:
+        if bits == 8:
+            return QuantLinear.from_int8_rows(weight.detach(), bias=None if bias is None else bias.detach())
+        return QuantLinear.from_groups(quantise_groups(weight.detach(), bits=4),
+                                       bias=None if bias is None else bias.detach(), stored="int4/32 (quantised)")
+
+    done: dict[str, str] = {}
+    for name, module in list(model.named_modules()):
+        if type(module) is nn.Linear and module.weight.shape[0] % 16 == 0:
+            _install(model, name, make(module.weight, module.bias))
+            done[name] = f"int{bits}"
+    head = getattr(model, "head", None)
+    if isinstance(head, OutputHead) and head.vocab_size % 16 == 0:
+        model.head = QuantHead.of(make(head.weight, head.bias), tied=head.tied)
+        done["head"] = f"int{bits}"
+    return done
+
+
+def share_quantised(source: nn.Module, target: nn.Module) -> nn.Module:
+    """Put ``source``'s quantised modules (same names) into ``target``, shared, not copied.
+
+    For a model rebuilt from ``source``'s config (``posenc.extend.methods.build_variant``): its fresh
+    ``nn.Linear`` / embedding / head modules give way to the quantised ones, so that
+    ``target.load_state_dict(source.state_dict())`` finds the same keys.
+    """
+    from posenc.models.quant import QuantEmbedding, QuantLinear
+
+    for name, module in source.named_modules():
+        if isinstance(module, (QuantLinear, QuantEmbedding)):
+            _install(target, name, module)
+    return target
+
+
+#: The sentence ``logit_error`` scores.
+PROBE = "The capital of France is Paris. Rotary position embeddings rotate queries and keys by their position."
+
+
+def logit_error(pm, path: str | Path, *, dtype: torch.dtype = torch.float32, pairing: str = "interleaved",
+                text: str = PROBE) -> dict[str, float]:
+    """Logits of ``pm`` against the same checkpoint loaded ``dequantised`` (float32), on ``text``.
+
+    Returns:
+        {"max_abs": max |Δlogit|, "top1": share of positions with the same most likely token, "tokens": n}.
+    """
+    from posenc.pretrained import load_pretrained
+
+    ref = load_pretrained(path, dtype=torch.float32, pairing=pairing, weights="dequantised")
+    ids = torch.tensor([pm.tokenizer.encode(text)])
+    with torch.no_grad():
+        a, b = pm.model(ids).float(), ref.model(ids)
+    return {"max_abs": float((a - b).abs().max()), "top1": float((a.argmax(-1) == b.argmax(-1)).float().mean()),
+            "tokens": int(ids.shape[1])}

@@ -17,10 +17,12 @@ Methods (the registered schemes of ``posenc.positions.rotary_scaling``):
 ``rope-llama3``        Llama 3.1 wavelength bands (low 1, high 4)
 =====================  ==================================================================
 
-``rope-longrope`` is left out: its per-pair factors are found by a search
-(and, in Phi-3, progressive fine-tuning) against the model itself; the
-scheme's neutral default ramp is not LongRoPE's result, and measuring it would
-attribute a stand-in to the method.
+``rope-longrope`` is left out of the default set: its per-pair factors are found
+by a search (and, in Phi-3, progressive fine-tuning) against the model itself;
+the scheme's neutral default ramp is not LongRoPE's result, and measuring it
+would attribute a stand-in to the method. Given the options a search wrote
+(``searched=``; ``posenc finetune search``, ``posenc.finetune.longrope``), it is
+built like every other method.
 
 Dynamic NTK uses the scheme's default per-position frequencies: position p
 is rotated as if the sequence were p + 1 tokens long, which is what a model
@@ -30,7 +32,7 @@ decoding token by token with HF's dynamic scaling and a KV cache sees.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -52,11 +54,22 @@ def canonical_name(name: str) -> str:
     return resolve(name) if resolve is not None else name
 
 
-def check_methods(methods: Sequence[str]) -> list[str]:
-    """Canonical method names, in order, duplicates dropped; unknown or left-out names raise."""
+#: the method a search result stands in for (accepted by ``check_methods(..., searched=True)``)
+SEARCHED = "rope-longrope"
+
+
+def check_methods(methods: Sequence[str], *, searched: bool = False) -> list[str]:
+    """Canonical method names, in order, duplicates dropped; unknown or left-out names raise.
+
+    ``searched=True``: searched LongRoPE factors are at hand, so ``rope-longrope`` is accepted.
+    """
     out: list[str] = []
     for m in methods:
         name = canonical_name(m)
+        if searched and name == SEARCHED:
+            if name not in out:
+                out.append(name)
+            continue
         if name in LEFT_OUT:
             raise ValueError(f"method {m!r} is not measured: {LEFT_OUT[name]}; valid methods: {', '.join(METHODS)}")
         if name not in METHODS:
@@ -66,13 +79,21 @@ def check_methods(methods: Sequence[str]) -> list[str]:
     return out
 
 
-def method_options(method: str, *, factor: float | None, original_max_len: int) -> dict[str, Any]:
+def method_options(method: str, *, factor: float | None, original_max_len: int,
+                   searched: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The scheme options a method adds on top of the checkpoint's RoPE (base, pairing, rotary width).
 
-    ``factor`` is s, the extension factor (L₀ → s·L₀); ``original_max_len`` is L₀.
+    ``factor`` is s, the extension factor (L₀ → s·L₀); ``original_max_len`` is L₀. ``searched``: the
+    ``rope-longrope`` options a LongRoPE search wrote (short/long factors, …), used as they are.
     """
     if method == PLAIN:
         return {}
+    if searched is not None and canonical_name(method) == SEARCHED:
+        missing = [k for k in ("short_factor", "long_factor") if k not in searched]
+        if missing:
+            raise ValueError(f"searched LongRoPE options lack {missing}; give the options a search wrote "
+                             "(posenc finetune search: OUT/result.json)")
+        return dict(searched)
     if factor is None:
         raise ValueError(f"method {method!r} needs a factor (e.g. --factors 2)")
     by_method: dict[str, dict[str, Any]] = {
@@ -98,10 +119,11 @@ def checkpoint_rope_options(config: Any) -> dict[str, Any]:
     return {k: v for k, v in dict(config.position_options).items() if k in ROPE_KEYS}
 
 
-def variant_config(config: Any, method: str, *, factor: float | None, original_max_len: int) -> Any:
+def variant_config(config: Any, method: str, *, factor: float | None, original_max_len: int,
+                   searched: Mapping[str, Any] | None = None) -> Any:
     """``config`` with only ``position`` and ``position_options`` replaced for ``method``."""
     options = {**checkpoint_rope_options(config),
-               **method_options(method, factor=factor, original_max_len=original_max_len)}
+               **method_options(method, factor=factor, original_max_len=original_max_len, searched=searched)}
     return dataclasses.replace(config, position=method, position_options=options)
 
 
@@ -117,18 +139,20 @@ def default_builder(model: nn.Module) -> Callable[[Any], nn.Module]:
 
 
 def build_variant(model: nn.Module, method: str, *, factor: float | None, original_max_len: int,
-                  builder: Callable[[Any], nn.Module] | None = None) -> nn.Module:
+                  builder: Callable[[Any], nn.Module] | None = None,
+                  searched: Mapping[str, Any] | None = None) -> nn.Module:
     """A new model: ``model``'s config with ``method``'s scheme, loaded with ``model``'s exact weights.
 
     Args:
         model: the checkpoint (a ``LlamaLM`` or any posenc model with a ``config`` dataclass).
         builder: config → model; default ``default_builder(model)`` (``build_llama``, ``build_decoder_only``).
+        searched: ``rope-longrope`` options from a LongRoPE search (needed for that method only).
     Returns:
         The variant, in eval mode, on ``model``'s device and dtype. For ``rope`` it is ``model`` itself.
     """
     if method == PLAIN:
         return model
-    config = variant_config(model.config, method, factor=factor, original_max_len=original_max_len)
+    config = variant_config(model.config, method, factor=factor, original_max_len=original_max_len, searched=searched)
     first = next(model.parameters())
     variant = (builder or default_builder(model))(config).to(device=first.device, dtype=first.dtype)
     variant.load_state_dict(model.state_dict(), strict=True)

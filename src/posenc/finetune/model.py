@@ -78,7 +78,15 @@ def load_start(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: 
                              "LlamaLM (posenc finetune pretrain writes one)")
         config = LlamaConfig.from_dict(meta["model_config"])
         model = build_llama(config)
-        load_weights(path, model)
+        tuned = meta.get("state", {}).get("finetune") or {}
+        if tuned.get("lora_rank"):  # a LoRA fine-tuning run: load the adapters, then fold them in
+            from posenc.models.lora import apply_lora, merge_lora
+
+            apply_lora(model, targets=tuned["lora_targets"], rank=tuned["lora_rank"], alpha=tuned["lora_alpha"])
+            load_weights(path, model)
+            merge_lora(model)
+        else:
+            load_weights(path, model)
         tok_name = meta.get("state", {}).get("tokenizer")
         if not isinstance(tok_name, str):
             raise ValueError(f"{meta['path']}: its state names no tokenizer ('tokenizer': 'bytes' or a model path)")

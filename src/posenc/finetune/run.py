@@ -67,6 +67,7 @@ class FinetuneConfig:
         train_text: the training document (``bible-rest`` by default: no text the measures read).
         seed: seeds the windows drawn.
         eval_every, checkpoint_every, keep_checkpoints, log_every: as in ``posenc.train.TrainConfig``.
+        eval_steps: measure only at these steps (of the ``eval_every`` ones, and the last); empty: at all.
         measure: what the evaluations measure.
     """
 
@@ -93,6 +94,7 @@ class FinetuneConfig:
     train_text: str = "bible-rest"
     seed: int = 0
     eval_every: int = 0
+    eval_steps: tuple[int, ...] = ()
     checkpoint_every: int = 0
     keep_checkpoints: int = 1
     log_every: int = 1
@@ -110,7 +112,7 @@ class FinetuneConfig:
             raise ValueError(f"autocast must be float32 or bfloat16, got {self.autocast!r}")
         if self.warmup_steps > self.steps:
             object.__setattr__(self, "warmup_steps", self.steps)
-        for name in ("lora_targets", "lora_train", "betas"):
+        for name in ("lora_targets", "lora_train", "betas", "eval_steps"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def to_dict(self) -> dict[str, Any]:
@@ -253,7 +255,9 @@ def finetune(start: Start, cfg: FinetuneConfig, *, out_dir: str | Path | None = 
         return loss, rows[:, 1:].numel()
 
     def evaluate(m: nn.Module, step: int) -> dict[str, Any]:
-        return {} if measurer is None else measurer(m)
+        if measurer is None or (cfg.eval_steps and step not in cfg.eval_steps):
+            return {"measured": False}
+        return measurer(m)
 
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     extra = {"finetune": cfg.to_dict(), "start": start.source, "tokenizer": getattr(start.tokenizer, "name", None)

@@ -54,6 +54,7 @@ class ReplicationConfig:
     at a constant ``lr`` after ``warmup_steps``; measured at every entry of ``steps`` (0 = training-free).
     Search: LongRoPE's (``posenc.finetune.longrope.SearchConfig``) with these sizes.
     Measures: ``eval_factor``·L₀ tokens of each of ``documents``; passkey at ``passkey_factors``·L₀.
+    Text: pretraining, search and fine-tuning read ``train_text`` (none of the measured documents).
     """
 
     original_max_len: int = 256
@@ -79,6 +80,7 @@ class ReplicationConfig:
     documents: tuple[str, ...] = ("bible", "licenses")
     passkey_factors: tuple[float, ...] = (4.0, 8.0)
     passkey_trials: int = 10
+    train_text: str = "bible-rest"
     threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -128,11 +130,11 @@ class Replication:
 
     # -- shared pieces ---------------------------------------------------------------------------
     def tokens(self) -> torch.Tensor:
-        """``bible-rest`` as bytes (read once)."""
+        """``train_text`` (``bible-rest``) as bytes (read once)."""
         from posenc.finetune.data import ByteTokenizer, token_stream, training_document
 
         if self._tokens is None:
-            self._tokens = token_stream(training_document("bible-rest"), ByteTokenizer())
+            self._tokens = token_stream(training_document(self.cfg.train_text), ByteTokenizer())
         return self._tokens
 
     def measure_spec(self) -> Any:

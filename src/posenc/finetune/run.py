@@ -172,7 +172,9 @@ def prepare(start: Start, cfg: FinetuneConfig) -> nn.Module:
     model = method_model(start.model, cfg.method, factor=cfg.factor, original_max_len=cfg.original_max_len,
                          searched=cfg.searched)
     if cfg.lora_rank:
-        apply_lora(model, targets=cfg.lora_targets, rank=cfg.lora_rank, alpha=cfg.lora_alpha, train=cfg.lora_train)
+        # A drawn from the run's seed alone: every process (and every resume) starts from the same adapters
+        apply_lora(model, targets=cfg.lora_targets, rank=cfg.lora_rank, alpha=cfg.lora_alpha, train=cfg.lora_train,
+                   generator=torch.Generator().manual_seed(cfg.seed))
     else:
         for p in model.parameters():
             p.requires_grad_(True)

@@ -41,9 +41,11 @@ class LoRALinear(nn.Linear):
         rank: r ≥ 1.
         alpha: the update is scaled by α / r.
         dropout: dropout on the update's input (LoRA's ``lora_dropout``).
+        generator: draws A (default torch's global generator).
     """
 
-    def __init__(self, base: nn.Linear, *, rank: int, alpha: float, dropout: float = 0.0) -> None:
+    def __init__(self, base: nn.Linear, *, rank: int, alpha: float, dropout: float = 0.0,
+                 generator: torch.Generator | None = None) -> None:
         nn.Module.__init__(self)  # not nn.Linear.__init__: the base's parameters are taken over, not re-made
         if not (isinstance(rank, int) and rank >= 1):
             raise ValueError(f"LoRA rank must be an integer >= 1, got {rank!r}")
@@ -59,7 +61,7 @@ class LoRALinear(nn.Linear):
         w = base.weight
         self.lora_a = nn.Parameter(torch.empty(rank, self.in_features, dtype=w.dtype, device=w.device))
         self.lora_b = nn.Parameter(torch.zeros(self.out_features, rank, dtype=w.dtype, device=w.device))
-        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5), generator=generator)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
@@ -92,7 +94,8 @@ def linear_names(model: nn.Module) -> list[str]:
 
 
 def apply_lora(model: nn.Module, *, targets: Sequence[str] = ("q_proj", "v_proj"), rank: int = 8,
-               alpha: float = 16.0, dropout: float = 0.0, train: Sequence[str] = ()) -> list[str]:
+               alpha: float = 16.0, dropout: float = 0.0, train: Sequence[str] = (),
+               generator: torch.Generator | None = None) -> list[str]:
     """Replace every ``nn.Linear`` whose last name part is in ``targets`` by a ``LoRALinear``; freeze the rest.
 
     Args:
@@ -100,6 +103,7 @@ def apply_lora(model: nn.Module, *, targets: Sequence[str] = ("q_proj", "v_proj"
             ``down_proj`` in posenc's decoders).
         train: substrings of parameter names that stay trainable besides the LoRA factors (LongLoRA trains
             the embeddings and norms: ``("embed", "norm")``).
+        generator: draws every A, in module order (seed it for a run that every process starts alike).
 
     Returns:
         The full names of the wrapped layers, in module order.
@@ -121,7 +125,7 @@ def apply_lora(model: nn.Module, *, targets: Sequence[str] = ("q_proj", "v_proj"
     for name, module in list(model.named_modules()):
         for child_name, child in list(module.named_children()):
             if child_name in targets and type(child) is nn.Linear:
-                lora = LoRALinear(child, rank=rank, alpha=alpha, dropout=dropout)
+                lora = LoRALinear(child, rank=rank, alpha=alpha, dropout=dropout, generator=generator)
                 setattr(module, child_name, lora)
                 wrapped.append(f"{name}.{child_name}" if name else child_name)
     for pname, p in model.named_parameters():

@@ -31,9 +31,12 @@ method                      scheme and the options chosen here
                             no relative position exceeds chunk_size at any length)
 ==========================  ===================================================================================
 
-``rope-longrope`` is left out: its per-pair factors are found by a search
-(and, in Phi-3, progressive fine-tuning) against the model itself; the
-scheme's neutral default ramp is not LongRoPE's result.
+``rope-longrope`` is left out of the default set: its per-pair factors are found
+by a search (and, in Phi-3, progressive fine-tuning) against the model itself;
+the scheme's neutral default ramp is not LongRoPE's result, and measuring it
+would attribute a stand-in to the method. Given the options a search wrote
+(``searched=``; ``posenc finetune search``, ``posenc.finetune.longrope``), it is
+built like every other method.
 
 Caching: every method's rotation is a function of the positions alone, so
 cached decoding equals the full pass (the schemes' tests check it).
@@ -52,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -101,11 +104,22 @@ def scheme_name(method: str) -> str:
     return "rope-dynamic-ntk" if method == FIXED_NTK else method
 
 
-def check_methods(methods: Sequence[str]) -> list[str]:
-    """Canonical method names, in order, duplicates dropped; unknown or left-out names raise."""
+#: the method a search result stands in for (accepted by ``check_methods(..., searched=True)``)
+SEARCHED = "rope-longrope"
+
+
+def check_methods(methods: Sequence[str], *, searched: bool = False) -> list[str]:
+    """Canonical method names, in order, duplicates dropped; unknown or left-out names raise.
+
+    ``searched=True``: searched LongRoPE factors are at hand, so ``rope-longrope`` is accepted.
+    """
     out: list[str] = []
     for m in methods:
         name = canonical_name(m)
+        if searched and name == SEARCHED:
+            if name not in out:
+                out.append(name)
+            continue
         if name in LEFT_OUT:
             raise ValueError(f"method {m!r} is not measured: {LEFT_OUT[name]}; valid methods: {', '.join(METHODS)}")
         if name not in METHODS:
@@ -133,12 +147,19 @@ def self_extend_options(factor: float, l0: int) -> dict[str, Any]:
 
 
 def method_options(method: str, *, factor: float | None, original_max_len: int,
-                   length: int | None = None) -> dict[str, Any]:
+                   length: int | None = None, searched: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The scheme options a method adds on top of the checkpoint's RoPE (base, pairing, rotary width).
 
     ``factor`` is s, the extension factor (L₀ → s·L₀); ``original_max_len`` is L₀; ``length`` is the
-    whole sequence's length, for ``rope-dynamic-ntk-fixed`` only.
+    whole sequence's length, for ``rope-dynamic-ntk-fixed`` only. ``searched``: the ``rope-longrope``
+    options a LongRoPE search wrote (short/long factors, …), used as they are.
     """
+    if searched is not None and canonical_name(method) == SEARCHED:
+        missing = [k for k in ("short_factor", "long_factor") if k not in searched]
+        if missing:
+            raise ValueError(f"searched LongRoPE options lack {missing}; give the options a search wrote "
+                             "(posenc finetune search: OUT/result.json)")
+        return dict(searched)
     method = check_methods([method])[0]
     l0 = int(original_max_len)
     if method in FACTORLESS:
@@ -239,14 +260,16 @@ def checkpoint_rope_options(config: Any) -> dict[str, Any]:
 
 
 def variant_config(config: Any, method: str, *, factor: float | None, original_max_len: int,
-                   layers: str | None = None, length: int | None = None) -> Any:
+                   layers: str | None = None, length: int | None = None,
+                   searched: Mapping[str, Any] | None = None) -> Any:
     """``config`` with only the position scheme of the selected layers replaced for ``method``.
 
     A model with one scheme for every layer gets ``position``/``position_options`` replaced; a model with a
     layer plan gets the plan's entries at ``selected_layers(config, layers)`` replaced, each keeping its own
     RoPE base, pairing and rotary width (Gemma 3's global layers: base 10⁶).
     """
-    options = method_options(method, factor=factor, original_max_len=original_max_len, length=length)
+    options = method_options(method, factor=factor, original_max_len=original_max_len, length=length,
+                             searched=searched)
     chosen = selected_layers(config, layers)
     scheme = scheme_name(method)
     if chosen is None:
@@ -273,7 +296,7 @@ def default_builder(model: nn.Module) -> Callable[[Any], nn.Module]:
 
 def build_variant(model: nn.Module, method: str, *, factor: float | None, original_max_len: int,
                   builder: Callable[[Any], nn.Module] | None = None, layers: str | None = None,
-                  length: int | None = None) -> nn.Module:
+                  length: int | None = None, searched: Mapping[str, Any] | None = None) -> nn.Module:
     """A new model: ``model``'s config with ``method``'s scheme, loaded with ``model``'s exact weights.
 
     Args:
@@ -281,13 +304,14 @@ def build_variant(model: nn.Module, method: str, *, factor: float | None, origin
         builder: config → model; default ``default_builder(model)`` (``build_llama``, ``build_decoder_only``).
         layers: which layers change (``selected_layers``); None: what the family does.
         length: the whole sequence's length, for ``rope-dynamic-ntk-fixed`` (``set_sequence_length`` changes it).
+        searched: ``rope-longrope`` options from a LongRoPE search (needed for that method only).
     Returns:
         The variant, in eval mode, on ``model``'s device and dtype. For ``rope`` it is ``model`` itself.
     """
     if method == PLAIN:
         return model
     config = variant_config(model.config, method, factor=factor, original_max_len=original_max_len,
-                            layers=layers, length=length)
+                            layers=layers, length=length, searched=searched)
     first = next(model.parameters())
     variant = (builder or default_builder(model))(config).to(device=first.device, dtype=first.dtype)
     from posenc.pretrained.as_stored import share_quantised

@@ -1,0 +1,287 @@
+"""The mini-scale replication of the fine-tuning claims (PI, YaRN, LongRoPE papers): pretrain, search, fine-tune, report.
+
+Stages, each resumable, all under one folder ``OUT``:
+
+1. ``pretrain`` — a small causal LM (``LlamaConfig``: pre-norm, RMSNorm,
+   SwiGLU, RoPE) trained from scratch at L₀ on ``bible-rest`` with the byte
+   tokenizer (``OUT/pretrain``; its loss curve is in ``result.json``).
+2. ``search`` — LongRoPE's factors for every extension factor s
+   (``OUT/longrope-x<s>``), against the pretrained model, on ``bible-rest``.
+3. ``cells`` — one fine-tuning run per (method, s, seed) at length s·L₀
+   (``OUT/cells/<method>-x<s>-seed<n>.json``): the same windows for every
+   method (the seed draws them), measured before fine-tuning (step 0) and at
+   every step of ``steps``. The learning rate is constant after the warm-up,
+   so the model at step 50 of a 400-step run is the model a 50-step run would
+   give. Cells are sharded (``shard=(i, n)``: cells i, i + n, …), saved as
+   they finish, resumed from their checkpoints when stopped.
+4. ``report`` — ``results.json``, ``results.md`` and PNG plots of perplexity
+   against position, per factor and step count, with intervals over seeds.
+
+Measures (``posenc.finetune.measure``): perplexity by position up to
+``eval_factor``·L₀ on ``bible`` (Genesis–Numbers) and ``licenses`` — text
+that neither pretraining nor fine-tuning reads — and passkey retrieval.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc.checkpoint import atomic_write_text
+from posenc.validation import dumps
+
+METHODS = ("rope", "rope-linear", "rope-ntk", "rope-yarn", "rope-longrope")
+LABELS = {"rope": "RoPE (no scaling)", "rope-linear": "PI", "rope-ntk": "NTK-aware", "rope-yarn": "YaRN",
+          "rope-longrope": "LongRoPE (searched)"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicationConfig:
+    """The whole replication (plain data; every stage checks its part on resume).
+
+    Model (pretraining): ``dim``, ``layers``, ``heads``, ``ffn_dim`` at L₀ = ``original_max_len``, byte
+    tokens, ``pretrain_steps`` updates of ``pretrain_batch`` windows at ``pretrain_lr`` (warm-up + cosine).
+    Fine-tuning: every method × factor × seed, ``max(steps)`` updates of ``batch_size`` windows of s·L₀
+    at a constant ``lr`` after ``warmup_steps``; measured at every entry of ``steps`` (0 = training-free).
+    Search: LongRoPE's (``posenc.finetune.longrope.SearchConfig``) with these sizes.
+    Measures: ``eval_factor``·L₀ tokens of each of ``documents``; passkey at ``passkey_factors``·L₀.
+    Text: pretraining, search and fine-tuning read ``train_text`` (none of the measured documents).
+    """
+
+    original_max_len: int = 256
+    dim: int = 256
+    layers: int = 6
+    heads: int = 4
+    ffn_dim: int = 688
+    pretrain_steps: int = 4000
+    pretrain_batch: int = 16
+    pretrain_lr: float = 1e-3
+    pretrain_warmup: int = 200
+    methods: tuple[str, ...] = METHODS
+    factors: tuple[float, ...] = (4.0, 8.0)
+    steps: tuple[int, ...] = (0, 50, 200, 400)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    batch_size: int = 2
+    lr: float = 1e-4
+    warmup_steps: int = 20
+    search_population: int = 16
+    search_generations: int = 8
+    search_samples: int = 3
+    eval_factor: int = 16
+    documents: tuple[str, ...] = ("bible", "licenses")
+    passkey_factors: tuple[float, ...] = (4.0, 8.0)
+    passkey_trials: int = 10
+    train_text: str = "bible-rest"
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        from posenc.extend.methods import check_methods
+
+        check_methods(self.methods, searched=True)
+        if sorted(set(self.steps)) != list(self.steps) or self.steps[0] < 0:
+            raise ValueError(f"steps must be increasing and >= 0, got {list(self.steps)}")
+        for name in ("methods", "factors", "steps", "seeds", "documents", "passkey_factors"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self)))
+
+    def cells(self) -> list[tuple[str, float, int]]:
+        """(method, factor, seed), seeds outermost (a partial run covers every method first)."""
+        return [(m, f, s) for s in self.seeds for f in self.factors for m in self.methods]
+
+    @property
+    def max_steps(self) -> int:
+        return max(self.steps)
+
+    @property
+    def eval_every(self) -> int:
+        positive = [s for s in self.steps if s > 0]
+        return math.gcd(*positive) if positive else 0
+
+
+QUICK = ReplicationConfig(original_max_len=64, dim=64, layers=2, heads=2, ffn_dim=172, pretrain_steps=300,
+                          pretrain_batch=8, pretrain_lr=3e-3, pretrain_warmup=30, factors=(4.0,), steps=(0, 10, 20),
+                          seeds=(0,), batch_size=2, lr=3e-4, warmup_steps=5, search_population=6,
+                          search_generations=2, search_samples=2, eval_factor=16, documents=("bible",),
+                          passkey_factors=(8.0,), passkey_trials=4)
+
+
+def cell_name(method: str, factor: float, seed: int) -> str:
+    return f"{method}-x{factor:g}-seed{seed}"
+
+
+class Replication:
+    """Runs the stages of a ``ReplicationConfig`` in ``out``."""
+
+    def __init__(self, cfg: ReplicationConfig, out: str | Path, *, progress: bool = True,
+                 log: Callable[[str], None] = print) -> None:
+        self.cfg, self.out, self.progress, self.log = cfg, Path(out), progress, log
+        self._tokens: torch.Tensor | None = None
+
+    # -- shared pieces ---------------------------------------------------------------------------
+    def tokens(self) -> torch.Tensor:
+        """``train_text`` (``bible-rest``) as bytes (read once)."""
+        from posenc.finetune.data import ByteTokenizer, token_stream, training_document
+
+        if self._tokens is None:
+            self._tokens = token_stream(training_document(self.cfg.train_text), ByteTokenizer())
+        return self._tokens
+
+    def measure_spec(self) -> Any:
+        from posenc.finetune.measure import MeasureSpec
+
+        l0 = self.cfg.original_max_len
+        return MeasureSpec(documents=self.cfg.documents, length=self.cfg.eval_factor * l0, original_max_len=l0,
+                           passkey_lengths=tuple(int(f * l0) for f in self.cfg.passkey_factors),
+                           passkey_trials=self.cfg.passkey_trials, seed=0)
+
+    def _done(self, folder: Path, steps: int) -> bool:
+        path = folder / "result.json"
+        if not path.exists():
+            return False
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return data.get("step") == steps and not data.get("interrupted")
+
+    # -- 1. pretraining ----------------------------------------------------------------------------
+    def pretrain(self) -> Path:
+        from posenc.finetune.data import ByteTokenizer
+        from posenc.finetune.model import Start
+        from posenc.finetune.run import FinetuneConfig, finetune
+        from posenc.models.llama import LlamaConfig, build_llama
+
+        c, folder = self.cfg, self.out / "pretrain"
+        if self._done(folder, c.pretrain_steps):
+            self.log(f"pretrain: done earlier ({folder})")
+            return folder / "checkpoints"
+        l0 = c.original_max_len
+        torch.manual_seed(0)
+        model = build_llama(LlamaConfig(vocab_size=256, dim=c.dim, num_layers=c.layers, num_heads=c.heads,
+                                        ffn_dim=c.ffn_dim, max_position_embeddings=l0, tie_embeddings=True,
+                                        position="rope", position_options={"pairing": "interleaved"}))
+        start = Start(model, ByteTokenizer(), l0, f"fresh LlamaLM (seed 0) {c.dim}x{c.layers}", "fresh")
+        ft = FinetuneConfig(method="rope", factor=None, original_max_len=l0, length=l0, batch_size=c.pretrain_batch,
+                            steps=c.pretrain_steps, lr=c.pretrain_lr, min_lr=c.pretrain_lr / 10,
+                            warmup_steps=c.pretrain_warmup, weight_decay=0.1, betas=(0.9, 0.95), seed=0,
+                            eval_every=max(1, c.pretrain_steps // 4), checkpoint_every=max(1, c.pretrain_steps // 20),
+                            log_every=10,
+                            measure=replace(self.measure_spec(), length=2 * l0, passkey_lengths=(), passkey_trials=0))
+        resume = (folder / "checkpoints" / "latest").exists()
+        self.log(f"pretrain: {c.pretrain_steps} steps at L0 = {l0}" + (" (resuming)" if resume else ""))
+        finetune(start, ft, out_dir=folder, resume=resume, progress=self.progress, tokens=self.tokens(), log=self.log)
+        return folder / "checkpoints"
+
+    def start(self) -> Any:
+        from posenc.finetune.model import load_start
+
+        folder = self.out / "pretrain"
+        if not self._done(folder, self.cfg.pretrain_steps):
+            raise FileNotFoundError(f"{folder}: the pretrained model is not finished; run the pretrain stage first "
+                                    "(shard 0, or --stage pretrain)")
+        return load_start(folder / "checkpoints")
+
+    # -- 2. LongRoPE search ------------------------------------------------------------------------
+    def search_config(self, factor: float) -> Any:
+        from posenc.finetune.longrope import SearchConfig
+
+        c = self.cfg
+        return SearchConfig(factor=factor, original_max_len=c.original_max_len, samples=c.search_samples,
+                            population=c.search_population, mutations=max(1, c.search_population // 4),
+                            crossovers=max(1, c.search_population // 4), generations=c.search_generations, seed=0)
+
+    def search(self, factor: float) -> dict[str, Any]:
+        from posenc.finetune.longrope import RESULT_FILE, Search
+
+        folder = self.out / f"longrope-x{factor:g}"
+        cfg = self.search_config(factor)
+        if (folder / RESULT_FILE).exists():
+            saved = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
+            if saved.get("config") == cfg.to_dict():
+                return saved
+        self.log(f"search: LongRoPE factors for s = {factor:g}")
+        return Search(self.start().model, self.tokens(), cfg, out=folder, progress=self.progress, log=self.log).run()
+
+    def searched(self, factor: float) -> dict[str, Any]:
+        from posenc.finetune.model import read_searched
+
+        folder = self.out / f"longrope-x{factor:g}"
+        if not (folder / "result.json").exists():
+            raise FileNotFoundError(f"{folder}: no LongRoPE search result; run the search stage first")
+        return read_searched(folder)
+
+    # -- 3. the fine-tuning cells ----------------------------------------------------------------
+    def cell(self, method: str, factor: float, seed: int, start: Any) -> dict[str, Any] | None:
+        from posenc.finetune.run import FinetuneConfig, finetune
+
+        c, l0 = self.cfg, self.cfg.original_max_len
+        name = cell_name(method, factor, seed)
+        path = self.out / "cells" / f"{name}.json"
+        ft = FinetuneConfig(method=method, factor=None if method == "rope" else factor, original_max_len=l0,
+                            searched=self.searched(factor) if method == "rope-longrope" else None,
+                            length=int(factor * l0), batch_size=c.batch_size, steps=max(1, c.max_steps), lr=c.lr,
+                            min_lr=c.lr, warmup_steps=c.warmup_steps, seed=seed, eval_every=c.eval_every,
+                            eval_steps=tuple(s for s in c.steps if s > 0),
+                            checkpoint_every=max(1, c.eval_every), measure=self.measure_spec())
+        if path.exists():
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            if saved.get("config") == ft.to_dict():
+                self.log(f"{name}: done earlier, kept")
+                return saved
+        run = self.out / "runs" / name
+        resume = (run / "checkpoints" / "latest").exists()
+        self.log(f"{name}: fine-tuning {ft.steps} steps at {ft.length} tokens" + (" (resuming)" if resume else ""))
+        began = time.perf_counter()
+        res = finetune(start, ft, out_dir=run, resume=resume, progress=self.progress, tokens=self.tokens(),
+                       log=self.log)
+        if res.interrupted:
+            self.log(f"{name}: interrupted; run the same command again to continue")
+            return None
+        wanted = set(c.steps)
+        measures = {"0": res.before} if 0 in wanted else {}
+        measures.update({str(e["step"]): {k: v for k, v in e.items() if k != "step"} for e in res.evals
+                         if e["step"] in wanted})
+        cell = {"name": name, "method": method, "factor": factor, "seed": seed, "config": ft.to_dict(),
+                "measures": measures, "history": res.history, "seconds": res.total_seconds,
+                "seconds_this_call": time.perf_counter() - began, "peak_memory_mb": res.peak_memory_mb,
+                "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, dumps(cell, indent=1))
+        shutil.rmtree(run / "checkpoints", ignore_errors=True)  # the cell's JSON is the result
+        return cell
+
+    def run(self, *, stages: tuple[str, ...] = ("pretrain", "search", "cells", "report"),
+            shard: tuple[int, int] = (0, 1)) -> list[dict[str, Any]]:
+        index, count = shard
+        if not (count >= 1 and 0 <= index < count):
+            raise ValueError(f"shard must be INDEX/COUNT with 0 <= INDEX < COUNT, got {index}/{count}")
+        if self.cfg.threads:
+            torch.set_num_threads(self.cfg.threads)
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.out / "replication.json", dumps(self.cfg.to_dict(), indent=1))
+        if "pretrain" in stages and index == 0:
+            self.pretrain()
+        if "search" in stages and index == 0 and "rope-longrope" in self.cfg.methods:
+            for factor in self.cfg.factors:
+                self.search(factor)
+        cells = []
+        if "cells" in stages:
+            start = self.start()
+            for method, factor, seed in self.cfg.cells()[index::count]:
+                cell = self.cell(method, factor, seed, start)
+                if cell is None:
+                    break
+                cells.append(cell)
+        if "report" in stages and count == 1:
+            from posenc.finetune.report import write_report
+
+            write_report(self.out, self.cfg)
+        return cells

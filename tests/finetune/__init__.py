@@ -1,0 +1,1 @@
+"""Tests of posenc.finetune, posenc.models.lora and `posenc finetune`."""

@@ -1,0 +1,40 @@
+"""The replication grid on a micro configuration: shards cover every cell once, a rerun keeps them, the report reads them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from posenc.finetune.grid import Replication, ReplicationConfig
+
+
+def _cfg(text_file) -> ReplicationConfig:
+    return ReplicationConfig(original_max_len=16, dim=32, layers=1, heads=2, ffn_dim=48, pretrain_steps=4,
+                             pretrain_batch=2, pretrain_lr=3e-3, pretrain_warmup=1,
+                             methods=("rope", "rope-yarn", "rope-longrope"), factors=(2.0,), steps=(0, 1, 2),
+                             seeds=(0, 1), batch_size=2, lr=1e-3, warmup_steps=1, search_population=3,
+                             search_generations=1, search_samples=1, eval_factor=4, documents=(str(text_file),),
+                             passkey_factors=(), passkey_trials=0, train_text=str(text_file))
+
+
+@pytest.mark.slow
+def test_two_shards_cover_the_grid_and_a_rerun_keeps_every_cell(tmp_path, text_file, seed):
+    cfg, out = _cfg(text_file), tmp_path / "rep"
+    quiet = {"progress": False, "log": lambda m: None}
+    first = Replication(cfg, out, **quiet).run(stages=("pretrain", "search", "cells"), shard=(0, 2))
+    second = Replication(cfg, out, **quiet).run(stages=("cells",), shard=(1, 2))
+    names = sorted(c["name"] for c in first + second)
+    assert names == sorted(f"{m}-x2-seed{s}" for m in cfg.methods for s in cfg.seeds)
+    assert not set(c["name"] for c in first) & set(c["name"] for c in second)
+    cell = json.loads((out / "cells" / "rope-yarn-x2-seed1.json").read_text())
+    assert sorted(cell["measures"], key=int) == ["0", "1", "2"]
+    assert not (out / "runs" / "rope-yarn-x2-seed1" / "checkpoints").exists()  # weights are not kept
+    logs: list[str] = []
+    Replication(cfg, out, progress=False, log=logs.append).run()
+    assert sum("done earlier, kept" in line for line in logs) == 6
+    results = json.loads((out / "results.json").read_text())
+    rows = {(r["method"], r["step"]) for r in results["rows"]}
+    assert rows == {(m, s) for m in cfg.methods for s in cfg.steps}
+    assert all(r["seeds"] == 2 for r in results["rows"])
+    assert (out / "results.md").read_text().count("| YaRN |") == 3 and (out / "ppl-x2.png").exists()

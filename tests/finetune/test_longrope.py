@@ -74,7 +74,8 @@ def test_the_search_is_deterministic_keeps_the_constraint_and_improves_on_its_se
 
     s = Search(model, tokens, _cfg(seed), progress=False, log=lambda m: None)
     again = sum(token_nll(variant, x).double().mean().item() for x in s.samples) / len(s.samples)
-    assert again == pytest.approx(a["best_loss"], rel=1e-9)  # the written options give the score found
+    # the written options give the score found (to float summation order: other tests may change torch's threads)
+    assert again == pytest.approx(a["best_loss"], rel=1e-6)
 
 
 @pytest.mark.slow

@@ -44,7 +44,6 @@ form used by nanoGPT). AdamW: Loshchilov & Hutter (2019), ``torch.optim.AdamW``.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import math
 import os
@@ -321,13 +320,10 @@ def _check_optimizer_settings(optimizer: torch.optim.Optimizer, config: TrainCon
 
 def _one_run_per_directory(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``train`` holding its checkpoint directory: a fresh run into another's directory, or two at once, refused."""
-    signature = inspect.signature(fn)
-
     @functools.wraps(fn)
     def locked(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        directory, resume = bound.arguments["checkpoint_dir"], bound.arguments["resume"]
+        # both are keyword-only in ``train``: no signature to read
+        directory, resume = kwargs.get("checkpoint_dir"), kwargs.get("resume", False)
         if directory is None or not dist_info().is_main:
             return fn(*args, **kwargs)
         check_run_dir(directory)

@@ -37,7 +37,7 @@ def layer_plan(cfg: dict[str, Any]) -> Any:
         config = config_from_hf(cfg, pairing="half")
     except ValueError:
         return None  # not a family posenc runs: the generic readers below still measure what they can
-    return config if config.layer_plan is not None else None
+    return config if getattr(config, "layer_plan", None) is not None else None  # encoders have no plan
 
 
 def _planned_rotary(config: Any) -> tuple[PositionScheme, dict[str, Any]] | None:

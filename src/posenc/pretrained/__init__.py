@@ -22,6 +22,8 @@ import torch
 from posenc.models.llama import LlamaConfig, LlamaLM
 from posenc.pretrained.tokenizer import Tokenizer
 
+#: GGUF architectures whose as-stored (quantised) path is verified against HF; others load dequantised.
+AS_STORED_ARCHS = ("llama",)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -69,7 +71,17 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     from posenc.pretrained.as_stored import check_weights, quantise_model
 
     gguf = path.is_file() and path.suffix.lower() == ".gguf"
+    asked = weights
     weights = check_weights(weights, gguf=gguf, device=device)
+    if gguf and weights == "as-stored":
+        from posenc.formats.gguf import open_gguf
+
+        arch = open_gguf(path).fields["general.architecture"].contents()
+        if arch not in AS_STORED_ARCHS:  # checked against HF on llama files only: others run dequantised
+            if asked == "as-stored":
+                raise ValueError(f"{path}: --weights as-stored is checked for GGUF architectures "
+                                 f"{list(AS_STORED_ARCHS)} only, not {arch!r}; use --weights dequantised")
+            weights = "dequantised"
     if gguf and weights == "as-stored":
         from posenc.pretrained.as_stored import load_gguf_as_stored
 

@@ -55,15 +55,15 @@ def _groups(raw: Tensor, kind: str):
     return GroupQuant(*decode_groups(raw, kind))
 
 
-def _row_order(name: str, cfg, source_pairing: str) -> Tensor | None:
+def _row_order(name: str, model, source_pairing: str) -> Tensor | None:
     """The row permutation ``hf._to_pairing`` applies to this q/k weight (None: rows stay as stored)."""
     from posenc.pretrained.hf import _to_pairing
 
     if not name.endswith(("attn.q_proj.weight", "attn.k_proj.weight")):
         return None
-    heads = cfg.num_heads if ".q_proj." in name else cfg.kv_heads
-    index = torch.arange(heads * cfg.attention_head_dim, dtype=torch.float64)[:, None]
-    order = _to_pairing(name, index, cfg, source_pairing)[:, 0].long()
+    rows = model.get_submodule(name.removesuffix(".weight")).out_features  # the layer's own heads × width
+    index = torch.arange(rows, dtype=torch.float64)[:, None]
+    order = _to_pairing(name, index, model, source_pairing)[:, 0].long()
     return None if torch.equal(order, torch.arange(len(order))) else order
 
 
@@ -136,7 +136,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict
         if not isinstance(module, nn.Linear) and name != "head.weight":
             rest.append((hf_name, t))
             continue
-        order = _row_order(name, cfg, source_pairing)
+        order = _row_order(name, model, source_pairing)
         gq = _groups(raw, kind)
         if order is None:
             exact = partial(_groups, raw, kind)

@@ -151,7 +151,8 @@ def run_worker(framework: str, folder: Path, task: str, threads: int, timeout: f
     except subprocess.TimeoutExpired:
         return {"framework": framework, "task": task, "error": f"not finished in {timeout:.0f} s (killed)"}
     if proc.returncode:
-        return {"framework": framework, "task": task, "error": proc.stderr.strip().splitlines()[-1][-300:]}
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        return {"framework": framework, "task": task, "error": f"exit status {proc.returncode}: {last[-300:]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -193,6 +194,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/posenc-realmodels"))
     parser.add_argument("--lengths", default="2048,8192,32768")
     parser.add_argument("--no-decode", action="store_true")
+    parser.add_argument("--frameworks", default="posenc,hf", help="which to run (default both, interleaved)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per worker before it is killed")
     parser.add_argument("--worker", choices=("posenc", "hf"), help=argparse.SUPPRESS)
@@ -211,7 +213,7 @@ def main() -> None:
     tasks = [f"prefill_{t}" for t in args.lengths.split(",") if t] + ([] if args.no_decode else ["decode"])
     runs: list[dict[str, Any]] = []
     for i, task in enumerate(tasks):
-        for fw in (("posenc", "hf") if i % 2 == 0 else ("hf", "posenc")):
+        for fw in [f for f in (("posenc", "hf") if i % 2 == 0 else ("hf", "posenc")) if f in args.frameworks]:
             result = {**run_worker(fw, folder, task, args.threads, args.timeout), "uptime": uptime()}
             runs.append(result)
             print(json.dumps({k: v for k, v in result.items() if k != "tokens"}), flush=True)

@@ -439,7 +439,7 @@ def load_tensor(t, name: str, config: dict[str, Any], path: Path, *, keep_interl
 
 
 def stored_pairing(config: dict[str, Any], *, keep_interleaved: bool) -> str:
-    """The RoPE pairing of the q/k rows :func:`load_tensor` returns: "interleaved" only for llama rows kept as stored."""
+    """The RoPE pairing of the q/k rows :func:`load_tensor` returns ("interleaved": llama rows kept as stored)."""
     return "interleaved" if keep_interleaved and arch_of(config).permuted_qk else "half"
 
 

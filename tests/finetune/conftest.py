@@ -15,6 +15,15 @@ WORDS = ("the of and to in is was that for on with as by at from his her they we
          "than them can only other new some could time these two may then do first any my now such like our").split()
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One torch thread: on a shared, loaded machine a second thread's barrier makes tiny matmuls 20× slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def tiny_config(l0: int = 16, **kw) -> LlamaConfig:
     return LlamaConfig(vocab_size=256, dim=32, num_layers=2, num_heads=4, ffn_dim=64, max_position_embeddings=l0,
                        position_options={"pairing": "interleaved"}, **kw)

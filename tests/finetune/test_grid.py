@@ -36,5 +36,14 @@ def test_two_shards_cover_the_grid_and_a_rerun_keeps_every_cell(tmp_path, text_f
     results = json.loads((out / "results.json").read_text())
     rows = {(r["method"], r["step"]) for r in results["rows"]}
     assert rows == {(m, s) for m in cfg.methods for s in cfg.steps}
-    assert all(r["seeds"] == 2 for r in results["rows"])
+    assert all(r["seeds"] == (1 if r["step"] == 0 else 2) for r in results["rows"])  # step 0: one model
     assert (out / "results.md").read_text().count("| YaRN |") == 3 and (out / "ppl-x2.png").exists()
+
+
+def test_the_measures_before_fine_tuning_are_shared_by_the_seeds(tmp_path, text_file, seed):
+    from posenc.finetune.run import FinetuneConfig
+
+    a = FinetuneConfig(method="rope-yarn", factor=2.0, original_max_len=16, length=32, steps=5, seed=0)
+    b = FinetuneConfig(method="rope-yarn", factor=2.0, original_max_len=16, length=32, steps=9, seed=1, lr=1e-3)
+    c = FinetuneConfig(method="rope-ntk", factor=2.0, original_max_len=16, length=32, steps=5, seed=0)
+    assert a.before_key() == b.before_key() != c.before_key()

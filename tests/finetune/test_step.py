@@ -61,16 +61,15 @@ def test_one_update_equals_adamw_on_the_reference_loss(seed, lora, tmp_path):
     loss = F.cross_entropy(ref(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 0.5)
+    grads = {n: p.grad.clone() for n, p in ref.named_parameters() if p.grad is not None}
     opt.step()
     assert math.isclose(res.history[0]["loss"], loss.item(), rel_tol=1e-5)
     got = dict(res.model.named_parameters())
     for name, p in ref.named_parameters():
-        if p.grad is None:
-            torch.testing.assert_close(got[name], p, rtol=1e-5, atol=1e-6, msg=name)
-            continue
-        # Adam's first update is lr · g / (|g| + eps): where |g| is near eps (1e-8) it turns on the last bits of
-        # g, which chunked, recomputed gradients sum in another order — compare those entries to within lr
-        steady = p.grad.abs() > 1e-5
-        torch.testing.assert_close(got[name][steady], p[steady], rtol=1e-5, atol=1e-6, msg=name)
-        assert float((got[name] - p).abs().max()) <= 1e-2 * 1.01, name
+        # Adam's first step is lr·g/(|g| + eps): where |g| is near eps (1e-8) it turns float32 round-off of g
+        # into a visible change, so those entries are compared within lr/100; all others tightly
+        g = grads.get(name, torch.zeros_like(p))
+        sure = g.abs() > 1e-6
+        torch.testing.assert_close(got[name][sure], p[sure], rtol=1e-5, atol=1e-6, msg=name)
+        torch.testing.assert_close(got[name], p, rtol=0, atol=1e-4, msg=name)
 

@@ -9,7 +9,8 @@
 * ``data`` — training documents that the measures never read, ``ByteTokenizer``, step-determined batches.
 * ``measure`` — loss by position and passkey, as ``posenc extend`` measures them.
 * ``model`` — the start checkpoint (posenc run or real model), the method's variant, gradient checkpointing.
-* ``grid`` — the mini-scale replication (pretrain at L₀, then method × factor × steps × seed), resumable, sharded.
+* ``grid`` — the mini-scale replication (pretrain at L₀, then method × factor × steps × seed), resumable, sharded;
+  ``report`` — its results.json, results.md and plots, with intervals over seeds.
 
 ``posenc finetune`` is the command line.
 """

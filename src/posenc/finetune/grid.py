@@ -237,6 +237,12 @@ class Replication:
                 self.log(f"{name}: done earlier, kept")
                 return saved
         run = self.out / "runs" / name
+        for other in c.seeds:  # the measures before fine-tuning do not depend on the seed: reuse another's
+            sibling = self.out / "runs" / cell_name(method, factor, other) / "before.json"
+            if other != seed and sibling.exists() and not (run / "before.json").exists():
+                run.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(sibling, run / "before.json")
+                break
         resume = (run / "checkpoints" / "latest").exists()
         self.log(f"{name}: fine-tuning {ft.steps} steps at {ft.length} tokens" + (" (resuming)" if resume else ""))
         began = time.perf_counter()

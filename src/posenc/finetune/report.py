@@ -50,7 +50,10 @@ def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
     grouped: dict[tuple[float, str, int], list[dict[str, Any]]] = defaultdict(list)
     for cell in cells:
         for step, m in cell["measures"].items():
-            grouped[(cell["factor"], cell["method"], int(step))].append(m)
+            key = (cell["factor"], cell["method"], int(step))
+            if int(step) == 0 and grouped[key]:
+                continue  # before fine-tuning every seed measures the same model: one measure, not n copies
+            grouped[key].append(m)
     rows = []
     order = {m: i for i, m in enumerate(cfg.methods)}
     for (factor, method, step), ms in sorted(grouped.items(),
@@ -109,8 +112,9 @@ def reading(rows: list[dict[str, Any]], cfg: Any) -> list[str]:
                                                                                                          math.inf)
                        <= pi_last["ppl"]]
             out.append(f"s={factor:g}, {doc}: PI after {last} steps has ppl {pi_last['ppl']:.2f} on [L0, s·L0); "
-                       + (f"YaRN reaches it by step {reached[0]}" if reached else "YaRN does not reach it in the "
-                          "steps measured"))
+                       + (("YaRN is below it without fine-tuning" if reached[0] == 0 else
+                           f"YaRN reaches it by step {reached[0]}") if reached
+                          else "YaRN does not reach it in the steps measured"))
         for method in cfg.methods:
             a, b = (_get(rows, factor, method, last, doc, r) for r in ("to_target", "beyond"))
             if a and b:
@@ -118,10 +122,15 @@ def reading(rows: list[dict[str, Any]], cfg: Any) -> list[str]:
                            f"{b['ppl']:.2f} beyond it (ratio {b['ppl'] / a['ppl']:.2f})")
         for step in (0, last):
             y, lr = (_get(rows, factor, m, step, doc, "to_target") for m in ("rope-yarn", "rope-longrope"))
-            if y and lr:
-                sep = (lr["hi"] is not None and y["lo"] is not None and (lr["hi"] < y["lo"] or y["hi"] < lr["lo"]))
-                out.append(f"s={factor:g}, step {step}: LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)} on [L0, s·L0)"
-                           + (" — intervals apart" if sep else " — intervals overlap or n < 2: no claim"))
+            if not (y and lr):
+                continue
+            if step == 0:  # training-free: one deterministic measure each, no interval to take
+                out.append(f"s={factor:g}, no fine-tuning: LongRoPE {lr['ppl']:.3f} vs YaRN {y['ppl']:.3f} on "
+                           f"[L0, s·L0) ({100 * (lr['ppl'] / y['ppl'] - 1):+.1f} %; deterministic, one model each)")
+                continue
+            sep = (lr["hi"] is not None and y["lo"] is not None and (lr["hi"] < y["lo"] or y["hi"] < lr["lo"]))
+            out.append(f"s={factor:g}, step {step}: LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)} on [L0, s·L0)"
+                       + (" — intervals apart" if sep else " — intervals overlap or n < 2: no claim"))
     return out
 
 

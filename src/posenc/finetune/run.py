@@ -120,6 +120,12 @@ class FinetuneConfig:
         data["measure"] = None if self.measure is None else self.measure.to_dict()
         return json.loads(json.dumps(data))
 
+    def before_key(self) -> dict[str, Any]:
+        """What the measures before fine-tuning depend on (not the seed of the windows, nor the optimiser)."""
+        d = self.to_dict()
+        return {k: d[k] for k in ("method", "factor", "original_max_len", "searched", "lora_rank", "lora_alpha",
+                                  "lora_targets", "measure")}
+
     def train_config(self, *, progress: bool) -> Any:
         from posenc.train import TrainConfig
 
@@ -235,7 +241,7 @@ def finetune(start: Start, cfg: FinetuneConfig, *, out_dir: str | Path | None = 
     if measurer is not None and info.is_main:
         saved = None if out is None or not (out / "before.json").exists() else json.loads(
             (out / "before.json").read_text(encoding="utf-8"))
-        if saved is not None and saved.get("config") == cfg.to_dict() and saved.get("start") == start.source:
+        if saved is not None and saved.get("key") == cfg.before_key() and saved.get("start") == start.source:
             before = saved["measures"]
         else:
             log(f"finetune: measuring {cfg.method} before fine-tuning")
@@ -245,8 +251,8 @@ def finetune(start: Start, cfg: FinetuneConfig, *, out_dir: str | Path | None = 
                 from posenc.checkpoint import atomic_write_text
 
                 out.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(out / "before.json", dumps({"config": cfg.to_dict(), "start": start.source,
-                                                              "measures": before}))
+                atomic_write_text(out / "before.json", dumps({"key": cfg.before_key(), "config": cfg.to_dict(),
+                                                              "start": start.source, "measures": before}))
     if info.world_size > 1:
         torch.distributed.barrier()
 

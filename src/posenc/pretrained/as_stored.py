@@ -97,7 +97,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict
     Returns:
         {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
     """
-    from posenc.formats.gguf import (GROUP_TYPES, config_from_metadata, index_tensors, load_tensor, open_mapped,
+    from posenc.formats.gguf import (GROUP_TYPES, config_of, index_tensors, load_tensor, open_mapped,
                                      raw_blocks, type_name)
     from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
     from posenc.families import family_named
@@ -108,7 +108,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict
 
     mapped = open_mapped(path)  # memory-mapped: tensor data is read where it lies, when it is used
     meta = mapped.metadata
-    hf = config_from_metadata(meta, path)
+    hf = config_of(mapped, meta, path)  # with Llama 3.1's rope_freqs tensor read into rope_scaling
     found = index_tensors(mapped, path, hf)
     hf["tie_word_embeddings"] = "lm_head.weight" not in found
     cfg = llama_config_from_hf(hf, pairing=pairing, source=str(path))

@@ -304,23 +304,26 @@ class QuantEmbedding(nn.Module):
         decode: rows of ``stored`` → GroupQuant (``posenc.formats.gguf.decode_groups``).
         dim: D.
 
-    ``weight`` is a meta tensor of shape (V, D) in float32 — shape and dtype only.
+        dtype: the activation dtype the rows are returned in (float32: exact).
+
+    ``weight`` is a meta tensor of shape (V, D) in ``dtype`` — shape and dtype only.
     """
 
-    def __init__(self, *, stored: Tensor, decode: Callable[[Tensor], GroupQuant], dim: int, kind: str = "") -> None:
+    def __init__(self, *, stored: Tensor, decode: Callable[[Tensor], GroupQuant], dim: int, kind: str = "",
+                 dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.stored, self.decode, self.kind = stored, decode, kind
         self.vocab_size, self.dim, self.scale = stored.shape[0], dim, False
-        self.weight = torch.empty(self.vocab_size, dim, device="meta")
+        self.weight = torch.empty(self.vocab_size, dim, device="meta", dtype=dtype)
 
     def forward(self, ids: Tensor) -> Tensor:
-        """(B, T) ids → (B, T, D) float32 rows, equal to the dequantised table's."""
+        """(B, T) ids → (B, T, D) rows, equal to the dequantised table's (cast to ``weight.dtype``)."""
         from posenc.embedding import check_ids
 
         check_ids(ids, self.vocab_size)
         flat = ids.reshape(-1)
-        rows = self.decode(self.stored[flat.cpu()]).dequantize()  # (B·T, D)
-        return rows.to(ids.device).view(*ids.shape, self.dim)
+        rows = self.decode(self.stored[flat.cpu()]).dequantize()  # (B·T, D) float32
+        return rows.to(device=ids.device, dtype=self.weight.dtype).view(*ids.shape, self.dim)
 
     def groups(self) -> GroupQuant:
         """The whole table as a GroupQuant (for a tied head)."""

@@ -125,7 +125,8 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict
             continue
         raw = raw_blocks(t)
         if name == "embed.weight":
-            model.embed = QuantEmbedding(stored=raw, decode=partial(_groups, kind=kind), dim=cfg.dim, kind=kind)
+            model.embed = QuantEmbedding(stored=raw, decode=partial(_groups, kind=kind), dim=cfg.dim, kind=kind,
+                                         dtype=dtype)
             if cfg.tie_embeddings:
                 gq = model.embed.groups()
                 exact = partial(_groups, raw, kind)

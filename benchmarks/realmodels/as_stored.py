@@ -1,0 +1,306 @@
+"""SmolLM2-135M-Instruct Q4_1 run as stored: posenc (as-stored, dequantised float32) vs HF vs llama.cpp.
+
+One process, the frameworks interleaved round by round on the same token ids,
+at each of ``--threads`` (a list): prefill of 128 and 2,048 tokens (next-token
+logits into an empty cache), 64 greedy tokens after a 128-token prompt, and a
+scoring pass (logits of every position) of ``--score-tokens``. Load time and
+peak memory come from a fresh subprocess per framework (load, then 128 + 64
+tokens). ``--accuracy`` records the as-stored path against the dequantised
+float32 one on GPL-3 text (max |Δlogit|, top-1 agreement, mean NLL), and
+bfloat16 activations against float32 per 512-token bucket of one long pass.
+
+Frameworks: ``posenc`` (``load_pretrained(gguf)``: as stored, int4 kernel),
+``posenc-f32`` (``weights="dequantised"``), ``hf`` (``LlamaForCausalLM`` on the
+GGUF dequantised into a folder by ``bench.prepare``, sdpa), ``llama.cpp``
+(``llama-cpp-python`` on the same GGUF, when importable — a benchmark-only
+dependency; build it with ``setup_llamacpp.sh``; skipped with the reason
+otherwise).
+
+Usage (record on a quiet machine; the load average is written next to the figures)::
+
+    PYTHONPATH=src python benchmarks/realmodels/as_stored.py --threads 1 2 --rounds 3 --accuracy \
+        --out benchmarks/realmodels/as-stored
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import gguf_path, prepare, rss_mib  # noqa: E402
+
+
+def peak_mib() -> float:
+    """This process's peak RSS (VmHWM: unlike ru_maxrss, not carried over from the parent across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+FRAMEWORKS = ("posenc", "posenc-f32", "hf", "llama.cpp")
+TEXT = Path("/usr/share/common-licenses/GPL-3")
+
+
+def llamacpp_missing() -> str | None:
+    extra = os.environ.get("POSENC_LLAMACPP_PATH")
+    if extra and extra not in sys.path:
+        sys.path.insert(0, extra)
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as err:
+        return (f"llama-cpp-python is not importable ({err}); build it with benchmarks/realmodels/setup_llamacpp.sh "
+                "and set POSENC_LLAMACPP_PATH to its --target folder")
+    return None
+
+
+class Model:
+    """One framework's model behind three calls: next-token logits with a cache, decode, score."""
+
+    def __init__(self, framework: str, threads: int, work: Path, n_ctx: int) -> None:
+        import torch
+
+        self.framework = framework
+        begin = time.perf_counter()
+        if framework.startswith("posenc"):
+            from posenc.pretrained import load_pretrained
+
+            self.model = load_pretrained(gguf_path(), weights="dequantised" if framework == "posenc-f32" else None
+                                         ).model
+        elif framework == "hf":
+            from transformers import LlamaForCausalLM
+
+            self.model = LlamaForCausalLM.from_pretrained(prepare(work), dtype=torch.float32,
+                                                          attn_implementation="sdpa").eval()
+        else:
+            import llama_cpp
+
+            self.model = llama_cpp.Llama(str(gguf_path()), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                                         n_batch=2048, n_ubatch=512, logits_all=True, verbose=False,
+                                         flash_attn=True)
+        self.load_s = time.perf_counter() - begin
+
+    def _step(self, ids: list[int], cache: Any) -> Any:
+        import torch
+
+        t = torch.tensor([ids])
+        if self.framework.startswith("posenc"):
+            return self.model.logits(self.model.hidden(t, cache=cache)[:, -1])
+        return self.model(t, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+
+    def _cache(self) -> Any:
+        if self.framework.startswith("posenc"):
+            return self.model.new_cache()
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def prefill(self, ids: list[int]) -> float:
+        import torch
+
+        begin = time.perf_counter()
+        with torch.no_grad():
+            if self.framework == "llama.cpp":
+                self.model.reset()
+                self.model.eval(ids)
+            else:
+                self._step(ids, self._cache())
+        return time.perf_counter() - begin
+
+    def decode(self, prompt: list[int], n: int) -> tuple[float, list[int]]:
+        import numpy as np
+        import torch
+
+        out: list[int] = []
+        with torch.no_grad():
+            if self.framework == "llama.cpp":
+                self.model.reset()
+                self.model.eval(prompt)
+                nxt = int(np.argmax(self.model.scores[self.model.n_tokens - 1]))
+                begin = time.perf_counter()
+                for _ in range(n):
+                    self.model.eval([nxt])
+                    nxt = int(np.argmax(self.model.scores[self.model.n_tokens - 1]))
+                    out.append(nxt)
+                return time.perf_counter() - begin, out
+            cache = self._cache()
+            nxt = int(self._step(prompt, cache).argmax(-1))
+            begin = time.perf_counter()
+            for _ in range(n):
+                nxt = int(self._step([nxt], cache).argmax(-1))
+                out.append(nxt)
+            return time.perf_counter() - begin, out
+
+    def score(self, ids: list[int]) -> tuple[float, float]:
+        """(seconds, mean NLL) of one pass over ``ids`` producing every position's logits."""
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+
+        begin = time.perf_counter()
+        with torch.no_grad():
+            if self.framework == "llama.cpp":
+                self.model.reset()
+                self.model.eval(ids)
+                logits = torch.from_numpy(np.asarray(self.model.scores[: len(ids)], dtype=np.float32))
+            elif self.framework == "hf":
+                logits = self.model(torch.tensor([ids])).logits[0]
+            else:
+                logits = self.model(torch.tensor([ids]))[0]
+        took = time.perf_counter() - begin
+        return took, float(F.cross_entropy(logits[:-1].float(), torch.tensor(ids[1:])))
+
+
+def text_ids(n: int) -> list[int]:
+    from posenc.formats.gguf import open_mapped
+    from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
+
+    tok = tokenizer_from_metadata(open_mapped(gguf_path()).metadata, gguf_path())
+    ids = tok.encode(TEXT.read_text()).ids
+    while len(ids) < n:
+        ids = ids + ids
+    return ids[:n]
+
+
+def load_worker(framework: str, threads: int, work: Path) -> dict[str, Any]:
+    """Fresh process: load, then 128 + 64 tokens; load seconds and peak RSS."""
+    import torch
+
+    torch.set_num_threads(threads)
+    base = rss_mib()
+    m = Model(framework, threads, work, n_ctx=512)
+    after_load = peak_mib()
+    m.decode(text_ids(128), 64)
+    return {"framework": framework, "threads": threads, "load_s": round(m.load_s, 3), "rss_after_imports": base,
+            "peak_after_load_mib": round(after_load), "peak_mib": round(peak_mib())}
+
+
+def speed(frameworks: list[str], threads: int, rounds: int, work: Path, score_tokens: int) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(threads)
+    ids = text_ids(max(2048, score_tokens))
+    models = {f: Model(f, threads, work, n_ctx=max(2048, score_tokens) + 8) for f in frameworks}
+    rows: dict[str, dict[str, list[float]]] = {f: {} for f in frameworks}
+    tokens: dict[str, list[int]] = {}
+    for r in range(rounds):
+        for f, m in models.items():  # interleaved: every framework once per round
+            got = rows[f]
+            got.setdefault("prefill_128", []).append(128 / m.prefill(ids[:128]))
+            got.setdefault("prefill_2048", []).append(2048 / m.prefill(ids[:2048]))
+            took, tokens[f] = m.decode(ids[:128], 64)
+            got.setdefault("decode_64", []).append(64 / took)
+            if score_tokens and r == 0:
+                took, nll = m.score(ids[:score_tokens])
+                got["score_s"], got["score_nll"] = [took], [nll]
+            print(f"threads {threads} round {r} {f}: " + ", ".join(f"{k} {v[-1]:.3g}" for k, v in got.items()),
+                  file=sys.stderr, flush=True)
+    return {"threads": threads, "rounds": rounds, "score_tokens": score_tokens,
+            "medians": {f: {k: statistics.median(v) for k, v in got.items()} for f, got in rows.items()},
+            "all": rows, "same_64_tokens_as_posenc_f32": {f: tokens[f] == tokens.get("posenc-f32") for f in tokens}}
+
+
+def accuracy(threads: int, long_tokens: int) -> dict[str, Any]:
+    """As-stored vs dequantised float32 on 2,048 GPL-3 tokens; bfloat16 vs float32 activations per bucket."""
+    import torch
+    import torch.nn.functional as F
+
+    from posenc.pretrained import load_pretrained
+
+    torch.set_num_threads(threads)
+    ids = torch.tensor([text_ids(max(2048, long_tokens))])
+    from posenc.models.quant import DEQUANTISE_ROWS
+
+    stored, ref = load_pretrained(gguf_path()), load_pretrained(gguf_path(), weights="dequantised")
+    with torch.no_grad():
+        # the as-stored logits through the int4 kernel path: chunks shorter than DEQUANTISE_ROWS, with the
+        # KV cache (a whole 2,048-token forward would multiply by the exact float32 weights instead)
+        cache, parts = stored.model.new_cache(), []
+        for s in range(0, 2048, 128):
+            parts.append(stored.model(ids[:, s : s + 128], cache=cache))
+        a, b = torch.cat(parts, dim=1), ref.model(ids[:, :2048])
+        assert 128 < DEQUANTISE_ROWS
+    nll = lambda logits, x: F.cross_entropy(logits[0, :-1].float(), x[0, 1:], reduction="none")  # noqa: E731
+    out: dict[str, Any] = {"tokens": 2048, "text": str(TEXT),
+                           "as_stored_vs_f32": {"max_abs_dlogit": float((a - b).abs().max()),
+                                                "logit_range": float(b.abs().max()),
+                                                "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean()),
+                                                "nll_as_stored": float(nll(a, ids[:, :2048]).mean()),
+                                                "nll_f32": float(nll(b, ids[:, :2048]).mean())}}
+    del a, b, stored
+    bf16 = load_pretrained(gguf_path(), weights="dequantised", dtype="bfloat16")
+    x = ids[:, :long_tokens]
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        lf = nll(ref.model(x), x)
+        t1 = time.perf_counter()
+        lb = nll(bf16.model(x), x)
+        t2 = time.perf_counter()
+    buckets = []
+    for s in range(0, long_tokens - 1, 512):
+        e = min(s + 512, long_tokens - 1)
+        buckets.append({"from": s, "to": e, "nll_f32": float(lf[s:e].mean()), "nll_bf16": float(lb[s:e].mean()),
+                        "diff": float(lb[s:e].mean() - lf[s:e].mean())})
+    out["bf16_activations"] = {"tokens": long_tokens, "seconds_f32": round(t1 - t0, 1),
+                               "seconds_bf16": round(t2 - t1, 1), "buckets": buckets}
+    return out
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=Path("benchmarks/realmodels/as-stored"))
+    p.add_argument("--work", type=Path, default=Path("/tmp/posenc-realmodels"))
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    p.add_argument("--score-tokens", type=int, default=8192, help="scoring pass length (0: none)")
+    p.add_argument("--long-tokens", type=int, default=8192, help="bf16-vs-f32 pass length for --accuracy")
+    p.add_argument("--accuracy", action="store_true")
+    p.add_argument("--no-load", action="store_true", help="skip the fresh-process load/memory workers")
+    p.add_argument("--load-worker", nargs=2, metavar=("FRAMEWORK", "THREADS"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.load_worker:
+        print(json.dumps(load_worker(args.load_worker[0], int(args.load_worker[1]), args.work)))
+        return
+    frameworks = list(args.frameworks)
+    skipped = {}
+    if "llama.cpp" in frameworks and (why := llamacpp_missing()):
+        frameworks.remove("llama.cpp")
+        skipped["llama.cpp"] = why
+    if "hf" in frameworks:
+        prepare(args.work)
+    args.out.mkdir(parents=True, exist_ok=True)
+    began = time.time()
+    result: dict[str, Any] = {"command": " ".join(sys.argv), "machine_at_start": machine(), "skipped": skipped,
+                              "frameworks": frameworks}
+    result["load"] = [] if args.no_load else [
+        json.loads(subprocess.run([sys.executable, __file__, "--work", str(args.work), "--load-worker", f, str(t)],
+                                  capture_output=True, text=True, check=True, env=os.environ).stdout.splitlines()[-1])
+        for t in args.threads for f in frameworks]
+    result["speed"] = [speed(frameworks, t, args.rounds, args.work, args.score_tokens) for t in args.threads]
+    if args.accuracy:
+        result["accuracy"] = accuracy(min(args.threads), args.long_tokens)
+    result["machine_at_end"], result["wall_s"] = machine(), round(time.time() - began)
+    (args.out / "results.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: result[k] for k in ("load", "skipped", "wall_s")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -150,8 +152,14 @@ def run_worker(framework: str, folder: Path, task: str, threads: int, timeout: f
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"framework": framework, "task": task, "error": f"not finished in {timeout:.0f} s (killed)"}
+    if proc.returncode < 0:  # a signal: SIGKILL is what the kernel's out-of-memory killer sends
+        name = signal.Signals(-proc.returncode).name
+        why = " (the out-of-memory killer's signal: see `dmesg`)" if name == "SIGKILL" else ""
+        return {"framework": framework, "task": task, "error": f"killed by {name}{why}", "peak_mib": None}
     if proc.returncode:
-        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        lines = proc.stderr.strip().splitlines()
+        raised = [line for line in lines if re.match(r"^[A-Za-z_.]+(Error|Exception)\b", line)]
+        last = (raised or lines or [f"exit status {proc.returncode}"])[-1]
         return {"framework": framework, "task": task, "error": f"exit status {proc.returncode}: {last[-300:]}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -41,10 +41,11 @@ def add_weights(p: argparse.ArgumentParser) -> None:
                         "int8 / int4: weight-only quantisation at load, its logit error against float32 printed")
 
 
-def load_model(args: argparse.Namespace) -> Any:
-    """Set threads, check the device, load ``args.model``; usage errors raise ValueError (exit 2)."""
-    from posenc.pretrained import load_pretrained
+def load_model(args: argparse.Namespace, *, command: str) -> Any:
+    """Set threads, check the device, load ``args.model`` (a causal LM); usage errors raise ValueError (exit 2)."""
+    from posenc.pretrained import load_pretrained, require_causal_lm
 
+    require_causal_lm(args.model, command=command)
     apply_threads(args)
     device = device_of(args)
     start = time.perf_counter()
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise ValueError("--system is a message of the chat template: add --chat, or put the text in --prompt")
     check_sampling(args.temperature, args.top_k, args.top_p)
-    pm = load_model(args)
+    pm = load_model(args, command="generate")
     tok = pm.tokenizer
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])

@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err})") from None
-    pm = load_model(args)
+    pm = load_model(args, command="perplexity")
     window = args.window if args.window is not None else min(1024, pm.config.max_position_embeddings)
     stride = args.stride if args.stride is not None else window // 2
     if window < 2:

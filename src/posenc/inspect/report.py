@@ -44,7 +44,8 @@ def _table_lines(pos: dict[str, Any]) -> list[str]:
     n, base = a["norms"], a.get("baselines", {})
     rows = f" (positions {pos['rows'][0]}…{pos['rows'][1] - 1})" if "rows" in pos else ""
     mono = a["monotonic"]["cosine"]
-    return [f"table       {a['shape'][0]} × {a['shape'][1]}{rows}; norm {_fmt(n['norm_min'])} … {_fmt(n['norm_max'])}",
+    return [f"table       {a['shape'][0]} × {a['shape'][1]}{rows}; "
+            f"norm {_fmt(n['norm_min'])} … {_fmt(n['norm_max'])}",
             f"distance    R² of 'depends on i−j only' {_fmt(a['distance_r2'], 3)}"
             + (f" (sinusoid {_fmt(base['sinusoid']['distance_r2'], 3)}, random "
                f"{_fmt(base['random']['distance_r2'], 3)})" if base else ""),

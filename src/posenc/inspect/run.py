@@ -227,7 +227,7 @@ def inspect_checkpoint(
             try:
                 result["more_positions"].append(measure_table(ckpt, name, default_offset(cfg, name)[0], None,
                                                               seed=seed))
-            except ValueError as err:  # over the memory budget: the main table is measured all the same
+            except ValueError as err:  # over the memory budget, or non-finite: the main table is measured all the same
                 result["notes"].append(f"{name!r} not measured: {err}")
     else:
         rotary = _rotary(cfg, max_positions, plan)

@@ -45,7 +45,9 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -377,13 +379,17 @@ def refuse_existing_run(path: str | os.PathLike[str]) -> None:
 
 
 @contextmanager
-def run_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory") -> Iterator[None]:
     """Hold an exclusive lock on run directory ``path`` (created if missing) while the body runs.
 
-    A second process training into the same directory is refused at once, naming the
-    holder's pid, instead of racing the first for ``latest``. The lock is ``flock`` on
+    A second process writing into the same directory (a ``train`` run, an ``extend``
+    grid) is refused at once, naming the holder's pid and command line, instead of
+    racing the first for ``latest`` or a cell file. The lock is ``flock`` on
     ``path/.lock``: the kernel releases it when the holder exits, even after ``kill -9``.
     Where ``flock`` is unavailable (not POSIX) nothing is locked.
+
+    Args:
+        what: the directory's name in the refusal ("checkpoint directory", "--out folder").
     """
     try:
         import fcntl
@@ -397,14 +403,23 @@ def run_lock(path: str | os.PathLike[str]) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise ValueError(f"checkpoint directory {path} is in use by another posenc run (pid {holder}); wait "
-                             "for it to finish, or give another directory") from None
+            pid, _, command = os.pread(fd, 1024, 0).decode(errors="replace").partition("\n")
+            started = f", started as `{command.strip()}`" if command.strip() else ""
+            raise ValueError(f"{what} {path} is in use by another posenc run (pid {pid.strip() or 'unknown'})"
+                             f"{started}; wait for it to finish, or give another directory") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        os.pwrite(fd, f"{os.getpid()}\n{_command_line()}".encode(), 0)
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def _command_line() -> str:
+    """This process's command line as a user typed it (``posenc …`` for the CLI), at most 300 characters."""
+    program = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+    if program in ("cli.py", "__main__.py", "posenc"):
+        program = "posenc"
+    return shlex.join([program, *sys.argv[1:]])[:300]
 
 
 # -- load ------------------------------------------------------------------------

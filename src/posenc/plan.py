@@ -262,3 +262,33 @@ def format_plan(rows: Sequence[Mapping[str, Any]]) -> str:
         span = str(first) if first == last else f"{first}–{last}"
         lines.append(f"{span:<9} {scheme:<18} {opts[:44]:<44} {window:<14} {scale}")
     return "\n".join(lines)
+
+
+def _short(value: Any) -> str:
+    """A number as a one-line summary writes it: 1e4, 1e6, 512, 0.5 (other values as they are)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if abs(value) >= 1e4:
+        mantissa, _, exponent = f"{value:.3g}".partition("e")
+        return f"{mantissa}e{int(exponent)}" if exponent else mantissa
+    return f"{value:g}"
+
+
+def plan_summary(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The plan in one line: each distinct layer setting and how many layers have it, in order of first use.
+
+    >>> plan_summary(plan_rows(every(6, layers=12, hit=LayerSpec(position_options={"base": 1e6}),
+    ...                               other=LayerSpec(position_options={"base": 1e4}, window=Window("sliding", 512)))))
+    'per layer: rope base 1e4 sliding 512 ×10, rope base 1e6 ×2'
+    """
+    counts: dict[str, int] = {}
+    for r in rows:
+        parts = [r["position"], *(f"{k} {_short(v)}" for k, v in r["position_options"].items()
+                                  if k != "pairing" and not isinstance(v, (list, tuple)))]
+        if r["window"] != "full":
+            parts.append(r["window"])
+        if r["query_scale"]:
+            parts.append(f"query scale {r['query_scale']}")
+        key = " ".join(parts)
+        counts[key] = counts.get(key, 0) + 1
+    return "per layer: " + ", ".join(f"{key} ×{n}" for key, n in counts.items())

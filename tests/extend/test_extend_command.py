@@ -82,3 +82,40 @@ def test_command_usage_errors_exit_2(folder, tmp_path, capsys):
     assert main(["extend", str(folder), "--report-only", "--out", str(tmp_path / "empty")]) == 2
     assert main(["extend", str(folder), "--lengths", "20", "--out", "-"]) == 2
     assert "too short" in capsys.readouterr().err
+
+
+def test_a_second_run_into_a_held_out_folder_is_refused_naming_the_first(folder, tmp_path, capsys):
+    """Another process holds the folder (train's lock, ``posenc.checkpoint.run_lock``): extend is refused at once,
+    naming that process, and touches nothing; once it exits the folder is free."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import posenc
+    from posenc.checkpoint import run_lock
+
+    out = tmp_path / "out"
+    (out / "cells").mkdir(parents=True)
+    (out / "cells" / "kept.json").write_text("{}")
+    src = str(Path(posenc.__file__).resolve().parents[1])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from posenc.checkpoint import run_lock\n"
+         f"with run_lock({str(out)!r}, what='--out folder'):\n    print('held', flush=True); sys.stdin.read()",
+         "extend", "first-run"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": src})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+        for extra in ([], ["--report-only"]):
+            assert main(["extend", str(folder), "--methods", "rope", "--factors", "2", "--text", "licenses",
+                         "--max-tokens", "32", "--passkey-trials", "0", "--out", str(out), "--quiet", *extra]) == 2
+            err = capsys.readouterr().err
+            assert f"--out folder {out} is in use by another posenc run (pid {holder.pid}), started as " in err
+            assert "extend first-run" in err and err.count("\n") == 1
+        assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    with run_lock(out):  # the holder exited: the kernel released its lock
+        pass

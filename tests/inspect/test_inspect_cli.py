@@ -142,3 +142,22 @@ def test_out_dash_writes_no_files(tmp_path, gen, monkeypatch, capsys):
     assert main(["inspect", str(ckpt), "--out", "-", "--json", "-", "--sample", "10"]) == 0
     assert json.loads(capsys.readouterr().out)["located"]["position"] == "transformer.wpe.weight"
     assert list(work.iterdir()) == []
+
+
+def test_an_encoder_decoder_has_both_tables_measured(tmp_path, gen):
+    """BART keeps one learned table per stack, each with fairseq's 2 offset rows: the decoder's is the position
+    table, the encoder's is measured alike (``more_positions``), offset included."""
+    from inspect_helpers import naive_sinusoid
+
+    write(tmp_path / "bart", {"model.shared.weight": torch.randn(30, 8, generator=gen),
+                              "model.decoder.embed_positions.weight": torch.randn(34, 8, generator=gen),
+                              "model.encoder.embed_positions.weight": torch.cat(
+                                  (torch.zeros(2, 8), naive_sinusoid(32, 8).float()))},
+          {"model_type": "bart", "architectures": ["BartForConditionalGeneration"], "vocab_size": 30,
+           "max_position_embeddings": 32})
+    result = inspect_checkpoint(tmp_path / "bart", sample=30)
+    assert result["position"]["tensor"] == "model.decoder.embed_positions.weight"
+    assert result["position"]["kind"] == "learned" and result["position"]["offset"] == 2
+    (enc,) = result["more_positions"]
+    assert enc["tensor"] == "model.encoder.embed_positions.weight" and enc["offset"] == 2
+    assert enc["kind"] == "sinusoidal" and enc["analysis"]["shape"] == [32, 8]  # the padding rows left out

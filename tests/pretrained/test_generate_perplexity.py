@@ -175,3 +175,22 @@ def test_command_errors_exit_2(folder, tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:  # a usage error at parse time now
         main(["generate", str(folder), "--prompt", "x", "--top-p", "1.5"])
     assert stop.value.code == 2 and "--top-p: 1.5 must be a finite number > 0 and <= 1" in capsys.readouterr().err
+
+
+def test_a_layer_plan_is_stated_not_none(folder, tmp_path, capsys):
+    """Gemma 3 has no one position scheme but a plan (five sliding RoPE layers, one global): generate and
+    perplexity state the plan's summary (``posenc.plan.plan_summary``), not the model-level "none"."""
+    vocab = Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size()
+    config = transformers.Gemma3TextConfig(num_hidden_layers=6, hidden_size=32, intermediate_size=48,
+                                           num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                                           vocab_size=vocab, sliding_window=8, max_position_embeddings=256,
+                                           bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    transformers.Gemma3ForCausalLM(config).save_pretrained(folder)  # replaces the Llama's config and weights
+    summary = "per layer: rope base 1e4 sliding 8 ×5, rope base 1e6 ×1"
+    assert main(["generate", str(folder), "--prompt", "The capital", "--max-new-tokens", "2"]) == 0
+    err = capsys.readouterr().err
+    assert f"(6 layers, d=32, {summary}, float32" in err and "none" not in err
+    (tmp_path / "text.txt").write_text(TEXT[:200])
+    assert main(["perplexity", str(folder), str(tmp_path / "text.txt"), "--window", "32", "--quiet",
+                 "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["position"] == summary

@@ -165,19 +165,37 @@ def _model_id(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from contextlib import nullcontext
 
-    from posenc.cli_options import apply_threads, device_of, dtype_of, json_to_stdout, out_dir, write_json
-    from posenc.extend.cells import CellStore
-    from posenc.extend.grid import Grid, config_dict
-    from posenc.extend.methods import LEFT_OUT, trained_context
-    from posenc.extend.report import summarise, write_report
-
+    from posenc.checkpoint import run_lock
+    from posenc.cli_options import out_dir
     from posenc.validation import check_output
 
     out = out_dir(args)
     check_output(out, "--out", kind="dir")  # before the model loads and the grid runs
     check_output(args.json, "--json")
+    if args.report_only and out is not None and not out.is_dir():
+        raise FileNotFoundError(f"--report-only: {out} is not a folder of cells (give the --out of an extend run)")
+    if not args.report_only:
+        from posenc.pretrained import require_causal_lm
+
+        if not Path(args.model).exists():
+            raise FileNotFoundError(f"model {args.model!r} not found: give an HF model folder or a .gguf file")
+        require_causal_lm(args.model, command="extend")
+    # one run at a time per folder: a second one would write the same cells and report (train's lock, the same file)
+    with run_lock(out, what="--out folder") if out is not None else nullcontext():
+        return _run(args, out)
+
+
+def _run(args: argparse.Namespace, out: Path | None) -> int:
+    import torch
+
+    from posenc.cli_options import apply_threads, device_of, dtype_of, json_to_stdout, write_json
+    from posenc.extend.cells import CellStore
+    from posenc.extend.grid import Grid, config_dict
+    from posenc.extend.methods import LEFT_OUT, trained_context
+    from posenc.extend.report import summarise, write_report
+
     apply_threads(args)
     threads = torch.get_num_threads()
     meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -192,8 +210,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"report of {len(cells)} cells: {paths['html']}")
         return 0
     path = Path(args.model)
-    if not path.exists():
-        raise FileNotFoundError(f"model {args.model!r} not found: give an HF model folder or a .gguf file")
     try:
         from posenc.models.llama import build_llama
         from posenc.pretrained import load_pretrained

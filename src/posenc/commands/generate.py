@@ -41,10 +41,18 @@ def add_weights(p: argparse.ArgumentParser) -> None:
                         "int8 / int4: weight-only quantisation at load, its logit error against float32 printed")
 
 
-def load_model(args: argparse.Namespace) -> Any:
-    """Set threads, check the device, load ``args.model``; usage errors raise ValueError (exit 2)."""
-    from posenc.pretrained import load_pretrained
+def position_text(config: Any) -> str:
+    """The loaded model's positions in a few words: its scheme, or its layer plan's one-line summary (Gemma 3)."""
+    from posenc.plan import plan_rows, plan_summary
 
+    return config.position if config.layer_plan is None else plan_summary(plan_rows(config.plan))
+
+
+def load_model(args: argparse.Namespace, *, command: str) -> Any:
+    """Set threads, check the device, load ``args.model`` (a causal LM); usage errors raise ValueError (exit 2)."""
+    from posenc.pretrained import load_pretrained, require_causal_lm
+
+    require_causal_lm(args.model, command=command)
     apply_threads(args)
     device = device_of(args)
     start = time.perf_counter()
@@ -54,7 +62,7 @@ def load_model(args: argparse.Namespace) -> Any:
         raise ValueError(f"{args.model}: no tokenizer.json next to the weights; this command needs the model's "
                          "tokenizer (download tokenizer.json from the model's repository)")
     if not args.quiet:
-        print(f"loaded {args.model} ({pm.config.num_layers} layers, d={pm.config.dim}, {pm.config.position}, "
+        print(f"loaded {args.model} ({pm.config.num_layers} layers, d={pm.config.dim}, {position_text(pm.config)}, "
               f"{args.dtype}, {args.device}, weights {pm.weights}) in {time.perf_counter() - start:.1f} s",
               file=sys.stderr)
         if pm.weights in ("int8", "int4"):
@@ -77,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise ValueError("--system is a message of the chat template: add --chat, or put the text in --prompt")
     check_sampling(args.temperature, args.top_k, args.top_p)
-    pm = load_model(args)
+    pm = load_model(args, command="generate")
     tok = pm.tokenizer
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])

@@ -46,12 +46,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("inspect", help="measure a checkpoint's position and token embeddings (safetensors or GGUF)",
+    p = sub.add_parser("inspect", help="measure a checkpoint's position and token embeddings (safetensors, GGUF or "
+                                                 "CTranslate2)",
                        description="Find the position table, token table and output head of a safetensors "
-                                   "checkpoint (file, shard index, or folder with config.json) or a llama.cpp "
-                                   ".gguf file (config from its metadata, tables dequantised) and measure them. "
+                                   "checkpoint (file, shard index, or folder with config.json), a llama.cpp "
+                                   ".gguf file (config from its metadata, tables dequantised) or a CTranslate2 "
+                                   "model folder (model.bin: faster-whisper's Whisper) and measure them. "
                                    "Pickle-based files are refused.")
-    p.add_argument("path", help="a .safetensors file, a *.safetensors.index.json, a model folder, or a .gguf file")
+    p.add_argument("path", help="a .safetensors file, a *.safetensors.index.json, a model folder, a .gguf file, "
+                                "or a CTranslate2 model folder")
     add_json(p, help="write the measurements as JSON to FILE ('-': print them instead of the summary)")
     add_out(p, default=None, help="write index.html, inspect.json and PNG figures into this folder")
     p.add_argument("--position-tensor", metavar="NAME", help="name of the position table (overrides the search)")

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.cli_options import json_to_stdout, write_json
-from posenc.commands.generate import add_model_flags, load_model
+from posenc.commands.generate import add_model_flags, load_model, position_text
 
 
 def window_plan(num_tokens: int, window: int, stride: int) -> list[tuple[int, int, int]]:
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err})") from None
-    pm = load_model(args)
+    pm = load_model(args, command="perplexity")
     window = args.window if args.window is not None else min(1024, pm.config.max_position_embeddings)
     stride = args.stride if args.stride is not None else window // 2
     if window < 2:
@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         "model": args.model, "file": str(path), "tokens": count, "perplexity": math.exp(nll / count),
         "nll_per_token": nll / count, "bits_per_token": nll / count / math.log(2), "window": window,
         "stride": stride, "windows": len(plan), "seconds": seconds, "tokens_per_s": sum(e - s for s, e, _ in plan) / seconds,
-        "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(), "position": pm.config.position,
+        "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(),
+        "position": position_text(pm.config),
     }
     if not json_to_stdout(args):  # with --per-token - on stdout, the summary goes to stderr
         print(f"perplexity {result['perplexity']:.3f} over {count:,} tokens "

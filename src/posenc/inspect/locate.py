@@ -1,8 +1,9 @@
 """Finding a checkpoint's position table, token table and output head; tying; RoPE from config.
 
 Tensor names differ across architectures but follow a few habits. Each role
-has an ordered list of name *suffixes* (matched on a ``.`` boundary, so any
-prefix such as ``bert.``, ``transformer.`` or ``model.decoder.`` is allowed);
+has an ordered list of name *suffixes* (matched on a ``.`` boundary — or ``/``
+in CTranslate2's names — so any prefix such as ``bert.``, ``transformer.``,
+``model.decoder.`` or ``decoder/`` is allowed);
 the first suffix that matches wins, and among several tensors matching it the
 shortest name (the outermost module) is taken. The user can name any tensor
 explicitly instead.
@@ -22,6 +23,11 @@ head          ``lm_head`` (GPT-2, Llama, T5), ``cls.predictions.decoder``
               (GPT-NeoX), ``output`` (Meta Llama, exact name only)
 relative      ``relative_attention_bias`` (T5: buckets × heads)
 ============  ==========================================================
+
+CTranslate2 models (``formats/ctranslate2.py``) name them
+``decoder/position_encodings/encodings``, ``decoder/embeddings/weight`` and
+``decoder/projection/weight``; an encoder–decoder's ``encoder/…`` table is
+found next to the decoder's and measured too.
 
 Rotary models keep no position table: their angles come from ``config.json``
 (``rope_theta`` or ``rope_parameters``, ``rope_scaling``, ``head_dim``,
@@ -44,10 +50,13 @@ from posenc.positions import PositionScheme, alibi_slopes, build, names, option_
 
 ROLE_SUFFIXES: dict[str, tuple[str, ...]] = {
     "position": ("wpe.weight", "embeddings.position_embeddings.weight", "embed_positions.weight",
-                 "position_embeddings.weight", "pos_embed.weight", "position_embedding.weight"),
+                 "position_embeddings.weight", "pos_embed.weight", "position_embedding.weight",
+                 "position_encodings/encodings"),
     "token": ("wte.weight", "embeddings.word_embeddings.weight", "embed_tokens.weight", "shared.weight",
-              "embed_in.weight", "tok_embeddings.weight", "word_embeddings.weight", "token_embedding.weight"),
-    "head": ("lm_head.weight", "cls.predictions.decoder.weight", "lm_head.decoder.weight", "embed_out.weight"),
+              "embed_in.weight", "tok_embeddings.weight", "word_embeddings.weight", "token_embedding.weight",
+              "embeddings/weight"),
+    "head": ("lm_head.weight", "cls.predictions.decoder.weight", "lm_head.decoder.weight", "embed_out.weight",
+             "projection/weight"),
     "relative": ("relative_attention_bias.weight",),
 }
 #: Exact names (no prefix allowed) tried after the suffixes.
@@ -63,13 +72,13 @@ HEAD_SUFFIXES = ("LMHeadModel", "ForCausalLM", "ForMaskedLM", "ForConditionalGen
 
 
 def _matches(name: str, suffix: str) -> bool:
-    return name == suffix or name.endswith("." + suffix)
+    return name == suffix or name.endswith(("." + suffix, "/" + suffix))
 
 
 def find_role(names_: list[str], role: str) -> list[str]:
     """Tensor names that fill ``role``, best first (empty when none does)."""
     for suffix in ROLE_SUFFIXES[role]:
-        hits = sorted((n for n in names_ if _matches(n, suffix)), key=lambda n: (n.count("."), n))
+        hits = sorted((n for n in names_ if _matches(n, suffix)), key=lambda n: (n.count(".") + n.count("/"), n))
         if hits:
             return hits
     return [n for n in ROLE_EXACT.get(role, ()) if n in names_]
@@ -86,6 +95,17 @@ class Located:
     position_offset: int = 0
     also: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+def default_offset(cfg: dict[str, Any], name: str) -> tuple[int, bool]:
+    """Rows of position table ``name`` before position 0 by the model type's convention, and whether
+    ``max_position_embeddings`` counts them (fairseq's RoBERTa does, OPT/BART do not)."""
+    model_type = str(cfg.get("model_type", "")).lower()
+    if model_type in POSITION_OFFSET_2 and name.endswith("embed_positions.weight"):
+        return 2, False
+    if model_type in POSITION_AFTER_PADDING:
+        return int(cfg.get("pad_token_id", 1)) + 1, True
+    return 0, False
 
 
 def _check_matrix(ckpt: Checkpoint, name: str, role: str) -> tuple[int, int]:
@@ -141,11 +161,7 @@ def locate(ckpt: Checkpoint, *, position: str | None = None, token: str | None =
                 "token width — name the right tensors with --position-tensor / --token-tensor")
         counted = False  # does max_position_embeddings count the offset rows?
         if position_offset is None:
-            position_offset = 0
-            if model_type in POSITION_OFFSET_2 and found.position.endswith("embed_positions.weight"):
-                position_offset = 2
-            elif model_type in POSITION_AFTER_PADDING:
-                position_offset, counted = int(cfg.get("pad_token_id", 1)) + 1, True
+            position_offset, counted = default_offset(cfg, found.position)
         if not 0 <= position_offset < rows:
             raise ValueError(f"position offset {position_offset} must be in [0, {rows}) for a {rows}-row table")
         found.position_offset = position_offset

@@ -31,6 +31,29 @@ def compact(data: Any) -> Any:
 
 
 # -- terminal ----------------------------------------------------------------------------------------------
+def _sinusoid_line(fit: dict[str, Any]) -> str:
+    """Whether a stored table is a sinusoid: which one and the residual, or why not."""
+    from posenc.inspect.sinusoid import describe
+
+    return f"sinusoid    yes: {describe(fit)}" if fit["is_sinusoid"] else f"sinusoid    no: {fit.get('why', '')}"
+
+
+def _table_lines(pos: dict[str, Any]) -> list[str]:
+    """A measured table's size, norms, distance fit and cosine profile (three lines)."""
+    a = pos["analysis"]
+    n, base = a["norms"], a.get("baselines", {})
+    rows = f" (positions {pos['rows'][0]}…{pos['rows'][1] - 1})" if "rows" in pos else ""
+    mono = a["monotonic"]["cosine"]
+    return [f"table       {a['shape'][0]} × {a['shape'][1]}{rows}; "
+            f"norm {_fmt(n['norm_min'])} … {_fmt(n['norm_max'])}",
+            f"distance    R² of 'depends on i−j only' {_fmt(a['distance_r2'], 3)}"
+            + (f" (sinusoid {_fmt(base['sinusoid']['distance_r2'], 3)}, random "
+               f"{_fmt(base['random']['distance_r2'], 3)})" if base else ""),
+            f"cosine      vs distance rises at {mono['increases']} of {mono['steps']} steps; "
+            f"{_fmt(mono['head'][1], 3)} at 1, min {_fmt(mono['min'], 3)} at {mono['argmin']}, "
+            f"{_fmt(mono['last'], 3)} at {mono['steps']}"]
+
+
 def summary_lines(result: dict[str, Any]) -> list[str]:
     """A short human summary: what was found, and the headline numbers."""
     loc, tying, pos = result["located"], result["tying"], result["position"]
@@ -50,11 +73,7 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                      f"of {pos['monotonic']['steps']} steps; min {_fmt(pos['monotonic']['min'])} at distance "
                      f"{pos['monotonic']['argmin']}")
     if "sinusoid" in pos:
-        from posenc.inspect.sinusoid import describe
-
-        fit = pos["sinusoid"]
-        lines.append(f"sinusoid    {'yes' if fit['is_sinusoid'] else 'no'}: {describe(fit)}" if fit["is_sinusoid"]
-                     else f"sinusoid    no: {fit.get('why', '')}")
+        lines.append(_sinusoid_line(pos["sinusoid"]))
     if pos["kind"] == "alibi":
         s = pos["settings"]
         slopes = s["slopes"]
@@ -62,17 +81,8 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
                      f"{_fmt(min(slopes), 3)} (bias −m·|i − j|); translation invariant {pos['translation_invariant']}")
     a = pos.get("analysis")
     if a:
-        n, shift, base = a["norms"], a["shift_centred"], a.get("baselines", {})
-        rows = f" (positions {pos['rows'][0]}…{pos['rows'][1] - 1})" if "rows" in pos else ""
-        lines.append(f"table       {a['shape'][0]} × {a['shape'][1]}{rows}; "
-                     f"norm {_fmt(n['norm_min'])} … {_fmt(n['norm_max'])}")
-        lines.append(f"distance    R² of 'depends on i−j only' {_fmt(a['distance_r2'], 3)}"
-                     + (f" (sinusoid {_fmt(base['sinusoid']['distance_r2'], 3)}, random "
-                        f"{_fmt(base['random']['distance_r2'], 3)})" if base else ""))
-        mono = a["monotonic"]["cosine"]
-        lines.append(f"cosine      vs distance rises at {mono['increases']} of {mono['steps']} steps; "
-                     f"{_fmt(mono['head'][1], 3)} at 1, min {_fmt(mono['min'], 3)} at {mono['argmin']}, "
-                     f"{_fmt(mono['last'], 3)} at {mono['steps']}")
+        shift, base = a["shift_centred"], a.get("baselines", {})
+        lines += _table_lines(pos)
         pcs = a["shift_pcs"]
 
         def row(label: str, values: list[float]) -> str:
@@ -98,6 +108,10 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
             rot = pca["pc12_rotation"]
             lines.append(f"            PC1–PC2 plane: {_fmt(rot['step_degrees'], 1)}° per position "
                          f"(std {_fmt(rot['step_degrees_std'], 1)}°), radius cv {_fmt(rot['radius_cv'], 3)}")
+    for more in result.get("more_positions", []):  # an encoder–decoder's other table, measured alike
+        lines.append(f"position    {more['kind']}  {more['tensor']}")
+        lines.append(_sinusoid_line(more["sinusoid"]))
+        lines += _table_lines(more)
     tok = result.get("tokens")
     if tok:
         q = tok["norm_quantiles"]
@@ -308,6 +322,15 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
             [[f"PC{i + 1}", pca["explained"][i], pca["cumulative"][i], c["period"], c["r2"]]
              for i, c in enumerate(pca["components"])],
             ["component", "variance share", "cumulative", "best-sinusoid period (positions)", "sinusoid R²"]))
+    for more in result.get("more_positions", []):  # an encoder–decoder's other table
+        m, fit = more["analysis"], more["sinusoid"]
+        parts.append(f"</section><section><h2>Position table {html.escape(more['tensor'])} "
+                     f"({m['shape'][0]} × {m['shape'][1]})</h2>")
+        parts.append(_table([["kind", more["kind"]],
+                             ["sinusoid", _sinusoid_line(fit).removeprefix("sinusoid").strip()],
+                             ["norm min / mean / max", f"{_fmt(m['norms']['norm_min'])} / {_fmt(m['norms']['norm'])} / "
+                                                       f"{_fmt(m['norms']['norm_max'])}"],
+                             ["distance R² (1 = depends on i−j only)", m["distance_r2"]]]))
     if "rotary" in files:
         parts.append(f"<img src='{files['rotary']}'>")
     for rel in result.get("relative", []):

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from posenc.inspect.analysis import analyse_positions, analyse_tokens
-from posenc.inspect.locate import alibi_from_config, detect_tying, locate, rope_from_config
+from posenc.inspect.locate import alibi_from_config, default_offset, detect_tying, locate, rope_from_config
 from posenc.inspect.sinusoid import recognise_sinusoid
 from posenc.formats import Checkpoint, CheckpointError, load_checkpoint
 from posenc.families import config_from_hf
@@ -108,6 +108,34 @@ def _gram_bytes(length: int, width: int) -> float:
     return 8.0 * (6 * length * length + 8 * length * width)
 
 
+def measure_table(ckpt: Checkpoint, name: str, offset: int, rows: tuple[int, int | None] | None, *,
+                  seed: int = 0) -> dict[str, Any]:
+    """One stored position table measured: sinusoid or learned (told by fit), and the table's analysis.
+
+    Args:
+        offset: rows before position 0 (left out).
+        rows: positions ``start … stop − 1`` only (``stop`` None: to the end); None: all.
+
+    Raises:
+        ValueError: ``rows`` selecting fewer than 2 positions, or a table over the memory budget.
+        CheckpointError: non-finite entries.
+    """
+    rows_all, width = ckpt.shape(name)
+    available = rows_all - offset
+    start, stop = (0, None) if rows is None else rows
+    stop = available if stop is None else stop
+    if not 0 <= start < stop <= available or stop - start < 2:
+        raise ValueError(f"rows {start}:{stop} must select at least 2 of the table's {available} positions")
+    check_memory(_gram_bytes(stop - start, width), f"measuring {stop - start} positions × {width} of {name!r}",
+                 fix="measure fewer with --rows START:STOP (e.g. --rows 0:2048)")
+    stored = ckpt.tensor(name)
+    table = to_float64(stored)[offset:][start:stop]
+    finite_table(table, f"position table {name!r} (rows {start}:{stop})")
+    fit = recognise_sinusoid(table, dtype=stored.dtype)  # a stored fixed sinusoid, told by fit
+    return {"kind": "sinusoidal" if fit["is_sinusoid"] else "learned", "tensor": name, "rows": [start, stop],
+            "offset": offset, "sinusoid": fit, "analysis": analyse_positions(table, seed=seed)}
+
+
 def finite_table(t: torch.Tensor, what: str) -> torch.Tensor:
     """``t`` if every entry is finite; else an error naming the first bad row (read from a file, not a forward)."""
     bad = ~torch.isfinite(t)
@@ -149,8 +177,8 @@ def inspect_checkpoint(
     """Measure a checkpoint's position and token embeddings.
 
     Args:
-        path: a safetensors file, shard index or model folder — or a
-            :class:`Checkpoint` built from tensors in memory.
+        path: a safetensors file, shard index or model folder, a GGUF file, a CTranslate2
+            model folder — or a :class:`Checkpoint` built from tensors in memory.
         position_tensor, token_tensor, head_tensor: names that override the search.
         position_offset: rows of the position table before position 0 (OPT/BART: 2, found automatically).
         tokens: words (or ``#id``) whose neighbour lists to give; default: common words.
@@ -163,7 +191,8 @@ def inspect_checkpoint(
 
     Returns:
         Plain data: ``source``, ``tensors``, ``config``, ``located``, ``tying``,
-        ``position`` (learned table, rotary scheme, or none), ``relative``,
+        ``position`` (learned table, rotary scheme, or none), ``more_positions`` (every
+        further stored position table, measured alike: an encoder–decoder's), ``relative``,
         ``tokens`` and ``notes``.
     """
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
@@ -184,23 +213,22 @@ def inspect_checkpoint(
     }
     plan = layer_plan(cfg)
     result["layer_plan"] = None if plan is None else plan_rows(plan.plan)
+    result["more_positions"] = []
     if found.position is not None:
-        rows_all, width = ckpt.shape(found.position)
-        available = rows_all - found.position_offset
-        start, stop = (0, None) if rows is None else rows
-        stop = available if stop is None else stop
-        if not 0 <= start < stop <= available or stop - start < 2:
-            raise ValueError(f"rows {start}:{stop} must select at least 2 of the table's {available} positions")
-        check_memory(_gram_bytes(stop - start, width), f"measuring {stop - start} positions × {width} of "
-                     f"{found.position!r}", fix=f"measure fewer with --rows START:STOP (e.g. --rows 0:2048)")
-        stored = ckpt.tensor(found.position)
-        table = to_float64(stored)[found.position_offset :][start:stop]
-        finite_table(table, f"position table {found.position!r} (rows {start}:{stop})")
-        fit = recognise_sinusoid(table, dtype=stored.dtype)  # a stored fixed sinusoid, told by fit
-        result["position"] = {"kind": "sinusoidal" if fit["is_sinusoid"] else "learned", "tensor": found.position,
-                              "rows": [start, stop], "sinusoid": fit, "analysis": analyse_positions(table, seed=seed)}
+        result["position"] = measure_table(ckpt, found.position, found.position_offset, rows, seed=seed)
         if rope_from_config(cfg) is not None:
             result["notes"].append("the config also has rotary settings; the learned table is what is measured")
+        for name in found.also.get("position", []):  # an encoder–decoder's second table (Whisper, BART)
+            shape = ckpt.shape(name)
+            if len(shape) != 2 or shape[0] - default_offset(cfg, name)[0] < 2:
+                result["notes"].append(f"{name!r} (shape {list(shape)}) is named like a position table but is "
+                                       "not one: not measured")
+                continue
+            try:
+                result["more_positions"].append(measure_table(ckpt, name, default_offset(cfg, name)[0], None,
+                                                              seed=seed))
+            except ValueError as err:  # over the memory budget, or non-finite: the main table is measured all the same
+                result["notes"].append(f"{name!r} not measured: {err}")
     else:
         rotary = _rotary(cfg, max_positions, plan)
         if rotary is not None:

@@ -108,6 +108,47 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
                       hf_config=hf, weights=weights, stored=stored)
 
 
+def require_causal_lm(path: str | Path, *, command: str) -> None:
+    """Refuse, before anything loads, a checkpoint that is not a causal LM: an encoder such as BERT.
+
+    ``generate``, ``perplexity``, ``extend`` and ``finetune`` run a decoder that
+    predicts the next token; an HF folder whose family builds another model (its
+    own ``builder``: BERT's bidirectional encoder, which has no LM head) loads
+    fine for ``inspect`` and the lab but cannot do that. Anything else (a GGUF
+    file, a config this check cannot read) is left to the loader and its messages.
+
+    Args:
+        path: what the user gave as MODEL.
+        command: the command's name, for the message ("generate", "finetune run").
+
+    Raises:
+        ValueError: ``path`` is a model posenc does not run as a causal LM (naming what it is and what to use).
+    """
+    from posenc.families import config_from_hf, family_for
+    from posenc.formats.safetensors import _read_json
+    from posenc.models.encoder import EncoderConfig
+
+    path = Path(path)
+    if not path.is_dir() or not (path / "config.json").is_file():
+        return
+    try:
+        hf = _read_json(path / "config.json")
+        family = family_for(hf, source=str(path / "config.json"))
+    except ValueError:  # unreadable, or no family posenc knows: the loader says which
+        return
+    if getattr(family, "builder", None) is None:  # a decoder family: built as a LlamaLM
+        return
+    try:
+        encoder = isinstance(config_from_hf(hf, source=str(path / "config.json")), EncoderConfig)
+    except ValueError:
+        encoder = False
+    what = (f"a {family.name.upper()} encoder (bidirectional, no LM head)" if encoder
+            else f"a {family.name} model that posenc builds with its own builder, not a causal decoder")
+    raise ValueError(f"{path} is {what}; {command} needs a causal LM (a decoder with an LM head: a Llama-family "
+                     f"HF folder or a .gguf file) — use `posenc inspect {path}` to measure its position and token "
+                     "tables")
+
+
 def _load_gguf(path: Path, *, dtype: torch.dtype, device: str | torch.device, pairing: str) -> Pretrained:
     """A GGUF file: ``read_gguf`` gives HF-layout tensors and config; the HF path does the rest."""
     from posenc.models.llama import build_llama
@@ -127,4 +168,4 @@ def _load_gguf(path: Path, *, dtype: torch.dtype, device: str | torch.device, pa
                       hf_config=ckpt.hf_config)
 
 
-__all__ = ["DTYPES", "Pretrained", "Tokenizer", "load_pretrained"]
+__all__ = ["DTYPES", "Pretrained", "Tokenizer", "load_pretrained", "require_causal_lm"]

@@ -19,9 +19,10 @@ Shape legend: H heads, Dh head width, D model width.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from posenc.families import Family
@@ -102,7 +103,7 @@ def fused_prefix(name: str, fused: str) -> str | None:
 
 #: HF activation names → posenc's plain MLPs (``posenc.models.decoder_parts.MLPS``).
 MLP_ACTIVATIONS = {"gelu_new": "gelu-tanh-mlp", "gelu_pytorch_tanh": "gelu-tanh-mlp", "gelu": "gelu-mlp",
-                   "relu": "relu-mlp"}
+                   "relu": "relu-mlp", "swish": "silu-mlp", "silu": "silu-mlp"}
 
 
 def mlp_activation(c, key: str, default: str) -> str:
@@ -111,3 +112,93 @@ def mlp_activation(c, key: str, default: str) -> str:
     if act not in MLP_ACTIVATIONS:
         raise ValueError(f"{c.source}: {key} {act!r} is not supported; posenc runs {', '.join(MLP_ACTIVATIONS)}")
     return MLP_ACTIVATIONS[act]
+
+
+@dataclass(frozen=True)
+class Seq2SeqFamily(StackFamily):
+    """A ``StackFamily`` with two block lists: the encoder's and the decoder's (T5, Marian, Whisper).
+
+    ``prefix`` + ``stack`` name the encoder's blocks (``encoder.block``), ``decoder_stack``
+    the decoder's (``decoder.block``); ``block_names`` and ``decoder_names`` say where each
+    tensor of one block goes in posenc's ``EncoderDecoder`` (``encoder.N.…``, ``decoder.N.…``).
+    """
+
+    decoder_stack: str = "decoder.layers"
+    decoder_names: dict[str, str] = field(default_factory=dict)
+
+    def posenc_name(self, hf_name: str) -> str | None:
+        for head in self.strip:
+            hf_name = hf_name.removeprefix(head)
+        if hf_name.endswith(self.dropped):
+            return DROPPED
+        if hf_name in self.top_names:
+            return self.top_names[hf_name]
+        for stack, names, ours in ((f"{self.prefix}.{self.stack}", self.block_names, "encoder"),
+                                   (self.decoder_stack, self.decoder_names, "decoder")):
+            if hf_name.startswith(f"{stack}."):
+                layer, _, rest = hf_name[len(stack) + 1:].partition(".")
+                if layer.isdigit() and rest in names:
+                    return f"{ours}.{layer}.{names[rest]}"
+                return None
+        return None
+
+
+def _bart_attention(hf: str, ours: str) -> dict[str, str]:
+    return {f"{hf}.{p}_proj.{w}": f"{ours}.{p}_proj.{w}" for p in ("q", "k", "v", "out") for w in ("weight", "bias")}
+
+
+#: One encoder layer of the BART lineage (Marian, Whisper, M2M100): HF name → posenc ``EncoderLayer`` name.
+BART_ENCODER_NAMES = {
+    **_bart_attention("self_attn", "attn"),
+    **{f"self_attn_layer_norm.{w}": f"attn_res.norm.{w}" for w in ("weight", "bias")},
+    **{f"fc1.{w}": f"ffn.fc_in.{w}" for w in ("weight", "bias")},
+    **{f"fc2.{w}": f"ffn.fc_out.{w}" for w in ("weight", "bias")},
+    **{f"final_layer_norm.{w}": f"ffn_res.norm.{w}" for w in ("weight", "bias")},
+}
+#: One decoder layer of the BART lineage: HF name → posenc ``DecoderLayer`` name.
+BART_DECODER_NAMES = {
+    **_bart_attention("self_attn", "self_attn"),
+    **{f"self_attn_layer_norm.{w}": f"self_res.norm.{w}" for w in ("weight", "bias")},
+    **_bart_attention("encoder_attn", "cross_attn"),
+    **{f"encoder_attn_layer_norm.{w}": f"cross_res.norm.{w}" for w in ("weight", "bias")},
+    **{f"fc1.{w}": f"ffn.fc_in.{w}" for w in ("weight", "bias")},
+    **{f"fc2.{w}": f"ffn.fc_out.{w}" for w in ("weight", "bias")},
+    **{f"final_layer_norm.{w}": f"ffn_res.norm.{w}" for w in ("weight", "bias")},
+}
+
+
+#: The posenc name of a stored fixed table (a sinusoid HF keeps as a weight): checked against posenc's
+#: scheme by ``check_fixed_table``, then dropped — the scheme computes it.
+FIXED_TABLE = "<fixed table>"
+
+
+def check_fixed_table(hf_name: str, table: Tensor, scheme_name: str, options: dict[str, Any], *,
+                      source: str = "checkpoint") -> None:
+    """Refuse a stored fixed position table unless it is posenc's scheme ``scheme_name`` with ``options``.
+
+    HF stores Whisper's encoder sinusoid as ``embed_positions.weight``, computed in
+    float32: its angles p·ω_i carry float32 rounding, ≈ 1.2e-7·p radians at
+    position p, so the tolerance grows with the table's length. A table that
+    differs by more (fine-tuned, or another formula) is not the scheme posenc
+    runs, and loading it as if it were would change the model silently.
+
+    Raises:
+        CheckpointError: naming the tensor, the largest difference and where it is.
+    """
+    from posenc.formats import CheckpointError
+    from posenc.positions import build
+
+    if table.dim() != 2:
+        raise CheckpointError(f"{source}: {hf_name!r} has shape {tuple(table.shape)}; a position table is "
+                              "(positions, width)")
+    rows, width = table.shape
+    scheme = build(scheme_name, dim=width, num_heads=1, **options)
+    ours = scheme.encode(torch.arange(rows)).double()
+    diff = (table.double() - ours).abs()
+    tol = 1e-5 + 4e-7 * rows
+    if not bool(torch.isfinite(table).all()) or float(diff.max()) > tol:
+        row = int(diff.max(dim=1).values.argmax())
+        raise CheckpointError(f"{source}: the stored position table {hf_name!r} is not posenc's {scheme.describe()} "
+                              f"(max |stored − scheme| = {float(diff.max()):.3g} at position {row}, tolerance "
+                              f"{tol:.2g}); posenc computes this table rather than loading it, so a changed table "
+                              "cannot run — use an unmodified checkpoint")

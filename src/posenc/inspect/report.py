@@ -38,6 +38,15 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
              f"position    {pos['kind']}" + (f"  {loc['position']}" if loc["position"] else ""),
              f"token       {loc['token']}",
              f"head        {loc['head']}  → {tying['status']}: {tying['evidence']}"]
+    for stack, entry in (result.get("stacks") or {}).items():
+        scheme = entry["scheme"]
+        options = ", ".join(f"{k}={v}" for k, v in scheme.items() if k not in ("name", "family"))
+        lines.append(f"{stack:<11} {scheme['name']} ({options})  " + (entry["tensor"] or entry.get("note", "")))
+        if "sinusoid" in entry:
+            from posenc.inspect.sinusoid import describe
+
+            fit = entry["sinusoid"]
+            lines.append(f"            stored table {'is a sinusoid: ' + describe(fit) if fit['is_sinusoid'] else 'is not a sinusoid: ' + fit.get('why', '')}")
     if result.get("layer_plan"):
         lines.append("layer plan  (each layer's position scheme, window and query scale)")
         lines.extend("            " + line for line in format_plan(result["layer_plan"]).splitlines())

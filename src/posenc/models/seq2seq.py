@@ -206,6 +206,18 @@ def _attention(cfg: Seq2SeqConfig, heads: int, position: PositionScheme | None) 
     return attn
 
 
+def stack_position(cfg: Seq2SeqConfig, stack: Literal["encoder", "decoder"]) -> PositionScheme:
+    """The position scheme of one stack, through the registry: causal in the decoder.
+
+    An additive scheme is told the model width; a bias or rotary scheme the attention's
+    (heads × head width, which T5's ``d_kv`` may make differ from D).
+    """
+    name, heads = getattr(cfg, f"{stack}_position"), getattr(cfg, f"{stack}_heads")
+    dim = cfg.dim if cfg.head_dim is None or lookup(name).family == "additive" else heads * cfg.head_dim
+    return build(name, dim=dim, num_heads=heads, causal=stack == "decoder",
+                 **dict(getattr(cfg, f"{stack}_position_options")))
+
+
 def build_seq2seq(config: Seq2SeqConfig, *, device: str | torch.device | None = None) -> EncoderDecoder:
     """Assemble the ``EncoderDecoder`` a ``Seq2SeqConfig`` describes (see the module docstring).
 
@@ -223,10 +235,7 @@ def build_seq2seq(config: Seq2SeqConfig, *, device: str | torch.device | None = 
     norm = functools.partial(NORMS[cfg.norm], cfg.dim, eps=cfg.norm_eps)
     pre = cfg.block == "pre"
     with torch.device(device) if device is not None else contextlib.nullcontext():
-        src_position = build(cfg.encoder_position, dim=cfg.dim, num_heads=cfg.encoder_heads, causal=False,
-                             **dict(cfg.encoder_position_options))
-        tgt_position = build(cfg.decoder_position, dim=cfg.dim, num_heads=cfg.decoder_heads, causal=True,
-                             **dict(cfg.decoder_position_options))
+        src_position, tgt_position = stack_position(cfg, "encoder"), stack_position(cfg, "decoder")
         src_embed: InputEmbedding | AudioFrontEnd
         if cfg.front_end == "audio":
             assert cfg.num_mel_bins is not None and cfg.source_length is not None

@@ -69,3 +69,17 @@ def compare_seq2seq(hf, folder, src: torch.Tensor, tgt: torch.Tensor, *, prompt:
         torch.testing.assert_close(torch.cat(parts, dim=1), ref, **tol(ref))
         assert all(c.cross_attn.k is not None and c.self_attn.length == tgt.shape[1] for c in cache)
     return pm
+
+
+def assert_refused(folder, changes: list[tuple[str, object, str]]) -> None:
+    """Each (key, value, message): folder's config.json with ``key`` set to ``value`` is refused naming ``message``."""
+    import json
+
+    import pytest
+
+    data = json.loads((folder / "config.json").read_text())
+    for key, value, message in changes:
+        (folder / "config.json").write_text(json.dumps(data | {key: value}))
+        with pytest.raises(ValueError, match=message):
+            load_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(data))

@@ -29,10 +29,11 @@ from posenc.families.hf_config import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VO
 from posenc.families.stacks import (
     BART_DECODER_NAMES,
     BART_ENCODER_NAMES,
-    FIXED_TABLE,
     Seq2SeqFamily,
-    check_fixed_table,
+    fixed_table,
     mlp_activation,
+    seq2seq_builder,
+    seq2seq_split,
 )
 
 #: Marian's sinusoid as posenc's scheme options.
@@ -41,8 +42,8 @@ TOP_NAMES = {
     "model.shared.weight": "src_embed.token.weight",
     "model.encoder.embed_tokens.weight": "src_embed.token.weight",
     "model.decoder.embed_tokens.weight": "tgt_embed.token.weight",
-    "model.encoder.embed_positions.weight": FIXED_TABLE,
-    "model.decoder.embed_positions.weight": FIXED_TABLE,
+    "model.encoder.embed_positions.weight": fixed_table("encoder"),
+    "model.decoder.embed_positions.weight": fixed_table("decoder"),
     "lm_head.weight": "head.weight",
     "final_logits_bias": "head.bias",
 }
@@ -78,22 +79,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     )
 
 
-def split(name: str, tensor, config):
-    if name == FIXED_TABLE:  # an older save of HF's sinusoid: it must be posenc's scheme
-        check_fixed_table("embed_positions.weight", tensor, "sinusoidal", config.encoder_position_options)
-        return []
-    if name == "head.bias":
-        return [(name, tensor.reshape(-1))]  # HF keeps it as a (1, V) buffer
-    return [(name, tensor)]
-
-
-def build(config, *, device=None):
-    from posenc.models.seq2seq import build_seq2seq
-
-    return build_seq2seq(config, device=device)
-
-
 FAMILY = Seq2SeqFamily(name="marian", model_types=("marian",), config_from_hf=config_from_hf,
                        block_names=BART_ENCODER_NAMES, top_names=TOP_NAMES, prefix="model.encoder", stack="layers",
-                       decoder_stack="model.decoder.layers", decoder_names=BART_DECODER_NAMES, split=split,
-                       builder=build)
+                       decoder_stack="model.decoder.layers", decoder_names=BART_DECODER_NAMES, split=seq2seq_split,
+                       builder=seq2seq_builder)

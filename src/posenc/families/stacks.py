@@ -48,27 +48,35 @@ class StackFamily(Family):
     strip: tuple[str, ...] = ()
     builder: Callable[..., Any] | None = None
 
-    def posenc_name(self, hf_name: str) -> str | None:
+    def _outside_blocks(self, hf_name: str) -> tuple[str, str | None]:
+        """(the name with ``strip`` removed, ``DROPPED`` or its top-level posenc name — None for a block's)."""
         for head in self.strip:
             hf_name = hf_name.removeprefix(head)
         if hf_name.endswith(self.dropped):
-            return DROPPED
-        if hf_name in self.top_names:
-            return self.top_names[hf_name]
+            return hf_name, DROPPED
+        return hf_name, self.top_names.get(hf_name)
+
+    def posenc_name(self, hf_name: str) -> str | None:
+        hf_name, top = self._outside_blocks(hf_name)
+        if top is not None:
+            return top
         if not hf_name.startswith(f"{self.prefix}.") and f"{self.prefix}.{hf_name}" in self.top_names:
             return self.top_names[f"{self.prefix}.{hf_name}"]  # saved from the bare model: no prefix
-        for head in (f"{self.prefix}.{self.stack}.", f"{self.stack}."):
-            if hf_name.startswith(head):
-                layer, _, rest = hf_name[len(head):].partition(".")
-                if layer.isdigit() and rest in self.block_names:
-                    return f"layers.{layer}.{self.block_names[rest]}"
-                return None
+        for head in (f"{self.prefix}.{self.stack}", self.stack):
+            if hf_name.startswith(f"{head}."):
+                return block_name(hf_name, head, self.block_names, "layers")
         return None
 
     def tensors(self, name: str, tensor: Tensor, config) -> Iterator[tuple[str, Tensor]]:
         if name == DROPPED:
             return
         yield from super().tensors(name, tensor, config)
+
+
+def block_name(hf_name: str, stack: str, names: dict[str, str], ours: str) -> str | None:
+    """``<stack>.N.<rest>`` → ``<ours>.N.<names[rest]>``; None when ``rest`` is not one of a block's tensors."""
+    layer, _, rest = hf_name[len(stack) + 1:].partition(".")
+    return f"{ours}.{layer}.{names[rest]}" if layer.isdigit() and rest in names else None
 
 
 def split_qkv(prefix: str, tensor: Tensor) -> list[tuple[str, Tensor]]:
@@ -127,19 +135,13 @@ class Seq2SeqFamily(StackFamily):
     decoder_names: dict[str, str] = field(default_factory=dict)
 
     def posenc_name(self, hf_name: str) -> str | None:
-        for head in self.strip:
-            hf_name = hf_name.removeprefix(head)
-        if hf_name.endswith(self.dropped):
-            return DROPPED
-        if hf_name in self.top_names:
-            return self.top_names[hf_name]
+        hf_name, top = self._outside_blocks(hf_name)
+        if top is not None:
+            return top
         for stack, names, ours in ((f"{self.prefix}.{self.stack}", self.block_names, "encoder"),
                                    (self.decoder_stack, self.decoder_names, "decoder")):
             if hf_name.startswith(f"{stack}."):
-                layer, _, rest = hf_name[len(stack) + 1:].partition(".")
-                if layer.isdigit() and rest in names:
-                    return f"{ours}.{layer}.{names[rest]}"
-                return None
+                return block_name(hf_name, stack, names, ours)
         return None
 
 
@@ -167,13 +169,14 @@ BART_DECODER_NAMES = {
 }
 
 
-#: The posenc name of a stored fixed table (a sinusoid HF keeps as a weight): checked against posenc's
-#: scheme by ``check_fixed_table``, then dropped — the scheme computes it.
-FIXED_TABLE = "<fixed table>"
+def fixed_table(stack: str) -> str:
+    """The posenc name of a stack's stored fixed table (a sinusoid HF keeps as a weight): checked against
+    posenc's scheme by ``seq2seq_split``, then dropped — the scheme computes it."""
+    return f"<fixed {stack} table>"
 
 
 def check_fixed_table(hf_name: str, table: Tensor, scheme_name: str, options: dict[str, Any], *,
-                      source: str = "checkpoint") -> None:
+                      shape: tuple[int | None, int] | None = None, source: str = "checkpoint") -> None:
     """Refuse a stored fixed position table unless it is posenc's scheme ``scheme_name`` with ``options``.
 
     HF stores Whisper's encoder sinusoid as ``embed_positions.weight``, computed in
@@ -183,15 +186,20 @@ def check_fixed_table(hf_name: str, table: Tensor, scheme_name: str, options: di
     differs by more (fine-tuned, or another formula) is not the scheme posenc
     runs, and loading it as if it were would change the model silently.
 
+    Args:
+        shape: (rows or None for any, width) the config implies.
+
     Raises:
-        CheckpointError: naming the tensor, the largest difference and where it is.
+        CheckpointError: naming the tensor, and the shape expected or the largest difference and where it is.
     """
     from posenc.formats import CheckpointError
     from posenc.positions import build
 
-    if table.dim() != 2:
-        raise CheckpointError(f"{source}: {hf_name!r} has shape {tuple(table.shape)}; a position table is "
-                              "(positions, width)")
+    if table.dim() != 2 or (shape is not None and (table.shape[1] != shape[1]
+                                                  or shape[0] not in (None, table.shape[0]))):
+        want = "(positions, width)" if shape is None else f"({shape[0] or 'positions'}, {shape[1]})"
+        raise CheckpointError(f"{source}: {hf_name!r} has shape {tuple(table.shape)}, the config implies {want}; "
+                              "config.json and the weights disagree — use the files of one model")
     rows, width = table.shape
     scheme = build(scheme_name, dim=width, num_heads=1, **options)
     ours = scheme.encode(torch.arange(rows)).double()
@@ -203,3 +211,24 @@ def check_fixed_table(hf_name: str, table: Tensor, scheme_name: str, options: di
                               f"(max |stored − scheme| = {float(diff.max()):.3g} at position {row}, tolerance "
                               f"{tol:.2g}); posenc computes this table rather than loading it, so a changed table "
                               "cannot run — use an unmodified checkpoint")
+
+
+def seq2seq_split(name: str, tensor: Tensor, config: Any) -> list[tuple[str, Tensor]]:
+    """An encoder–decoder's checkpoint tensors: a stored fixed table checked, then dropped (``fixed_table``);
+    Marian's (1, V) ``final_logits_bias`` buffer as the head's (V,) bias; every other tensor as is."""
+    for stack in ("encoder", "decoder"):
+        if name == fixed_table(stack):
+            rows = config.source_length if stack == "encoder" and config.front_end == "audio" else None
+            check_fixed_table(f"model.{stack}.embed_positions.weight", tensor, getattr(config, f"{stack}_position"),
+                              getattr(config, f"{stack}_position_options"), shape=(rows, config.dim))
+            return []
+    if name == "head.bias" and tensor.dim() == 2:
+        return [(name, tensor.reshape(-1))]
+    return [(name, tensor)]
+
+
+def seq2seq_builder(config: Any, *, device: Any = None) -> Any:
+    """``posenc.models.seq2seq.build_seq2seq`` (imported when a model is built, not with the family)."""
+    from posenc.models.seq2seq import build_seq2seq
+
+    return build_seq2seq(config, device=device)

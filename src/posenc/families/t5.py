@@ -29,7 +29,7 @@ checkpoints, full forward and cached decoding (``tests/families/test_t5.py``).
 from __future__ import annotations
 
 from posenc.families.hf_config import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, HFConfig
-from posenc.families.stacks import Seq2SeqFamily
+from posenc.families.stacks import Seq2SeqFamily, seq2seq_builder
 
 #: ``feed_forward_proj`` → posenc's feed-forward (``posenc.models.decoder_parts``).
 FEED_FORWARDS = {"relu": "relu-mlp", "gelu": "gelu-mlp", "gated-gelu": "geglu", "gated-silu": "swiglu"}
@@ -102,14 +102,8 @@ def config_from_hf(c: HFConfig, pairing: str):
     )
 
 
-def build(config, *, device=None):
-    from posenc.models.seq2seq import build_seq2seq
-
-    return build_seq2seq(config, device=device)
-
-
 FAMILY = Seq2SeqFamily(name="t5", model_types=("t5",), config_from_hf=config_from_hf, block_names=ENCODER_NAMES,
                        top_names=TOP_NAMES, prefix="encoder", stack="block", decoder_stack="decoder.block",
-                       decoder_names=DECODER_NAMES, split=_gated_wo, builder=build,
+                       decoder_names=DECODER_NAMES, split=_gated_wo, builder=seq2seq_builder,
                        # old checkpoints carry a never-used bias table in the first cross-attention
                        dropped=("EncDecAttention.relative_attention_bias.weight",))

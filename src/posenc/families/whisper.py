@@ -28,17 +28,18 @@ from posenc.families.hf_config import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VO
 from posenc.families.stacks import (
     BART_DECODER_NAMES,
     BART_ENCODER_NAMES,
-    FIXED_TABLE,
     Seq2SeqFamily,
-    check_fixed_table,
+    fixed_table,
     mlp_activation,
+    seq2seq_builder,
+    seq2seq_split,
 )
 
 #: Whisper's encoder sinusoid as posenc's scheme options.
 POSITION_OPTIONS = {"layout": "concatenated", "denominator": "half-minus-one"}
 TOP_NAMES = {
     **{f"model.encoder.conv{i}.{w}": f"src_embed.conv{i}.{w}" for i in (1, 2) for w in ("weight", "bias")},
-    "model.encoder.embed_positions.weight": FIXED_TABLE,
+    "model.encoder.embed_positions.weight": fixed_table("encoder"),
     **{f"model.encoder.layer_norm.{w}": f"encoder_norm.{w}" for w in ("weight", "bias")},
     "model.decoder.embed_tokens.weight": "tgt_embed.token.weight",
     "model.decoder.embed_positions.weight": "tgt_position.weight",
@@ -77,27 +78,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     )
 
 
-def split(name: str, tensor, config):
-    if name == FIXED_TABLE:  # HF's stored sinusoid: posenc's scheme computes it, once checked equal
-        if tuple(tensor.shape) != (config.source_length, config.dim):
-            from posenc.formats import CheckpointError
-
-            raise CheckpointError(f"model.encoder.embed_positions.weight has shape {tuple(tensor.shape)}, the config "
-                                  f"implies ({config.source_length}, {config.dim}) (max_source_positions, d_model); "
-                                  "config.json and the weights disagree — use the files of one model")
-        check_fixed_table("model.encoder.embed_positions.weight", tensor, "sinusoidal",
-                          config.encoder_position_options)
-        return []
-    return [(name, tensor)]
-
-
-def build(config, *, device=None):
-    from posenc.models.seq2seq import build_seq2seq
-
-    return build_seq2seq(config, device=device)
-
-
 FAMILY = Seq2SeqFamily(name="whisper", model_types=("whisper",), config_from_hf=config_from_hf,
                        block_names=BART_ENCODER_NAMES, top_names=TOP_NAMES, prefix="model.encoder", stack="layers",
-                       decoder_stack="model.decoder.layers", decoder_names=BART_DECODER_NAMES, split=split,
-                       builder=build)
+                       decoder_stack="model.decoder.layers", decoder_names=BART_DECODER_NAMES, split=seq2seq_split,
+                       builder=seq2seq_builder)

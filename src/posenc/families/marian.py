@@ -25,16 +25,8 @@ forward and cached decoding (``tests/families/test_marian.py``).
 
 from __future__ import annotations
 
-from posenc.families.hf_config import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, HFConfig
-from posenc.families.stacks import (
-    BART_DECODER_NAMES,
-    BART_ENCODER_NAMES,
-    Seq2SeqFamily,
-    fixed_table,
-    mlp_activation,
-    seq2seq_builder,
-    seq2seq_split,
-)
+from posenc.families.hf_config import MAX_CONTEXT, MAX_VOCAB, HFConfig
+from posenc.families.stacks import bart_family, bart_sizes, fixed_table, mlp_activation
 
 #: Marian's sinusoid as posenc's scheme options.
 POSITION_OPTIONS = {"layout": "concatenated"}
@@ -62,13 +54,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     c.int("max_position_embeddings", 1024, maximum=MAX_CONTEXT)  # HF's table size; posenc's sinusoid has no end
     pad = c.int("pad_token_id", minimum=0, maximum=tgt_vocab - 1)
     return Seq2SeqConfig(
-        vocab_size=vocab, tgt_vocab_size=None if share else tgt_vocab, dim=c.int("d_model", maximum=MAX_WIDTH),
-        encoder_layers=c.int("encoder_layers", maximum=MAX_LAYERS),
-        decoder_layers=c.int("decoder_layers", maximum=MAX_LAYERS),
-        encoder_heads=c.int("encoder_attention_heads", maximum=MAX_HEADS),
-        decoder_heads=c.int("decoder_attention_heads", maximum=MAX_HEADS),
-        encoder_ffn_dim=c.int("encoder_ffn_dim", maximum=MAX_WIDTH),
-        decoder_ffn_dim=c.int("decoder_ffn_dim", maximum=MAX_WIDTH),
+        vocab_size=vocab, tgt_vocab_size=None if share else tgt_vocab, **bart_sizes(c),
         encoder_position="sinusoidal", encoder_position_options=dict(POSITION_OPTIONS),
         decoder_position="sinusoidal", decoder_position_options=dict(POSITION_OPTIONS),
         norm="layernorm", norm_eps=1e-5, block="post", ffn=mlp_activation(c, "activation_function", "gelu"),
@@ -79,7 +65,4 @@ def config_from_hf(c: HFConfig, pairing: str):
     )
 
 
-FAMILY = Seq2SeqFamily(name="marian", model_types=("marian",), config_from_hf=config_from_hf,
-                       block_names=BART_ENCODER_NAMES, top_names=TOP_NAMES, prefix="model.encoder", stack="layers",
-                       decoder_stack="model.decoder.layers", decoder_names=BART_DECODER_NAMES, split=seq2seq_split,
-                       builder=seq2seq_builder)
+FAMILY = bart_family("marian", ("marian",), config_from_hf, TOP_NAMES)

@@ -232,3 +232,25 @@ def seq2seq_builder(config: Any, *, device: Any = None) -> Any:
     from posenc.models.seq2seq import build_seq2seq
 
     return build_seq2seq(config, device=device)
+
+
+def bart_family(name: str, model_types: tuple[str, ...], config_from_hf: Callable[..., Any],
+                top_names: dict[str, str]) -> Seq2SeqFamily:
+    """An encoder–decoder family of the BART lineage (Marian, Whisper): blocks under ``model.encoder.layers`` and
+    ``model.decoder.layers`` with BART's names, ``seq2seq_split``, built by ``build_seq2seq``."""
+    return Seq2SeqFamily(name=name, model_types=model_types, config_from_hf=config_from_hf,
+                         block_names=BART_ENCODER_NAMES, top_names=top_names, prefix="model.encoder", stack="layers",
+                         decoder_stack="model.decoder.layers", decoder_names=BART_DECODER_NAMES, split=seq2seq_split,
+                         builder=seq2seq_builder)
+
+
+def bart_sizes(c: Any) -> dict[str, int]:
+    """The ``Seq2SeqConfig`` sizes the BART lineage states under the same keys (``d_model``, ``encoder_layers``, …)."""
+    from posenc.families.hf_config import MAX_HEADS, MAX_LAYERS, MAX_WIDTH
+
+    sizes = {"dim": c.int("d_model", maximum=MAX_WIDTH)}
+    for stack in ("encoder", "decoder"):
+        sizes |= {f"{stack}_layers": c.int(f"{stack}_layers", maximum=MAX_LAYERS),
+                  f"{stack}_heads": c.int(f"{stack}_attention_heads", maximum=MAX_HEADS),
+                  f"{stack}_ffn_dim": c.int(f"{stack}_ffn_dim", maximum=MAX_WIDTH)}
+    return sizes

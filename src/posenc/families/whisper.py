@@ -24,16 +24,8 @@ checkpoints, full forward and cached decoding (``tests/families/test_whisper.py`
 
 from __future__ import annotations
 
-from posenc.families.hf_config import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, HFConfig
-from posenc.families.stacks import (
-    BART_DECODER_NAMES,
-    BART_ENCODER_NAMES,
-    Seq2SeqFamily,
-    fixed_table,
-    mlp_activation,
-    seq2seq_builder,
-    seq2seq_split,
-)
+from posenc.families.hf_config import MAX_CONTEXT, MAX_VOCAB, MAX_WIDTH, HFConfig
+from posenc.families.stacks import bart_family, bart_sizes, fixed_table, mlp_activation
 
 #: Whisper's encoder sinusoid as posenc's scheme options.
 POSITION_OPTIONS = {"layout": "concatenated", "denominator": "half-minus-one"}
@@ -58,13 +50,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     c.bool("scale_embedding", False)  # read (typed) but never applied, as in HF's WhisperDecoder
     pad = c.int("pad_token_id", None, minimum=0, maximum=vocab - 1)
     return Seq2SeqConfig(
-        vocab_size=vocab, dim=c.int("d_model", maximum=MAX_WIDTH),
-        encoder_layers=c.int("encoder_layers", maximum=MAX_LAYERS),
-        decoder_layers=c.int("decoder_layers", maximum=MAX_LAYERS),
-        encoder_heads=c.int("encoder_attention_heads", maximum=MAX_HEADS),
-        decoder_heads=c.int("decoder_attention_heads", maximum=MAX_HEADS),
-        encoder_ffn_dim=c.int("encoder_ffn_dim", maximum=MAX_WIDTH),
-        decoder_ffn_dim=c.int("decoder_ffn_dim", maximum=MAX_WIDTH),
+        vocab_size=vocab, **bart_sizes(c),
         encoder_position="sinusoidal", encoder_position_options=dict(POSITION_OPTIONS),
         decoder_position="learned",
         decoder_position_options={"max_len": c.int("max_target_positions", 448, maximum=MAX_CONTEXT)},
@@ -78,7 +64,4 @@ def config_from_hf(c: HFConfig, pairing: str):
     )
 
 
-FAMILY = Seq2SeqFamily(name="whisper", model_types=("whisper",), config_from_hf=config_from_hf,
-                       block_names=BART_ENCODER_NAMES, top_names=TOP_NAMES, prefix="model.encoder", stack="layers",
-                       decoder_stack="model.decoder.layers", decoder_names=BART_DECODER_NAMES, split=seq2seq_split,
-                       builder=seq2seq_builder)
+FAMILY = bart_family("whisper", ("whisper",), config_from_hf, TOP_NAMES)

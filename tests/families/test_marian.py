@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 
 import pytest
 import torch
@@ -115,13 +117,15 @@ def test_bad_input_and_refused_configs(tmp_path):
                               ("scale_embedding", "true", "scale_embedding must be true or false")])
 
 
-def test_inspect_and_lab_read_the_sinusoid(seed, tmp_path):
-    from posenc.inspect import inspect_checkpoint
+def test_inspect_and_lab_read_the_sinusoid(seed, tmp_path, capsys):
+    from posenc.cli import main
     from posenc.lab.measures import scheme_similarity
 
     hf = random_marian(marian())
     hf.save_pretrained(tmp_path)
-    result = inspect_checkpoint(tmp_path)
+    assert main(["inspect", str(tmp_path), "--json", str(tmp_path / "inspect.json")]) == 0
+    assert "\nencoder     sinusoidal (dim=32, base=10000.0, layout=concatenated)" in capsys.readouterr().out
+    result = json.loads((tmp_path / "inspect.json").read_text())
     assert result["position"]["kind"] == "sinusoidal" and result["position"]["scheme"]["layout"] == "concatenated"
     for stack in ("encoder", "decoder"):
         assert result["stacks"][stack]["tensor"] is None and "computed by the scheme" in result["stacks"][stack]["note"]

@@ -129,20 +129,20 @@ def test_config_round_trip_and_bad_input(tmp_path):
                               ("d_model", 2.5, "d_model must be an integer")])
 
 
-def test_inspect_and_lab_read_the_bucket_tables(seed, tmp_path):
-    from posenc.inspect import inspect_checkpoint
-    from posenc.inspect.report import summary_lines
+def test_inspect_and_lab_read_the_bucket_tables(seed, tmp_path, capsys):
+    from posenc.cli import main
     from posenc.lab.measures import scheme_similarity
 
     hf = random_t5(t5())
     hf.save_pretrained(tmp_path)
-    result = inspect_checkpoint(tmp_path)
+    assert main(["inspect", str(tmp_path), "--json", str(tmp_path / "inspect.json")]) == 0
+    assert "\nencoder     t5 (num_heads=4, num_buckets=8, max_distance=20, bidirectional=True)" in capsys.readouterr().out
+    result = json.loads((tmp_path / "inspect.json").read_text())
     stacks = result["stacks"]
     assert stacks["encoder"]["scheme"] == {"name": "t5", "family": "bias", "num_heads": 4, "num_buckets": 8,
                                            "max_distance": 20, "bidirectional": True}
     assert stacks["decoder"]["tensor"] == "decoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
     assert result["position"]["kind"] == "relative-bias" and len(result["relative"]) == 2
-    assert any(line.startswith("encoder     t5 (") for line in summary_lines(result))
     model = load_pretrained(tmp_path).model
     sim = scheme_similarity(model.src_position, 12)  # (H, L, L): each head's bias between positions
     table = hf.encoder.block[0].layer[0].SelfAttention.relative_attention_bias.weight.detach().double()

@@ -5,6 +5,8 @@ check in ``tests/formats/test_ctranslate2.py``."""
 
 from __future__ import annotations
 
+import json
+
 
 import pytest
 import torch
@@ -112,12 +114,15 @@ def test_greedy_generation_equals_hf(seed, tmp_path):
     assert torch.equal(ours[:, 1:], ref)  # HF's Whisper returns the generated tokens without the start token
 
 
-def test_inspect_reads_both_tables(seed, tmp_path):
-    from posenc.inspect import inspect_checkpoint
-    from posenc.inspect.report import summary_lines
+def test_inspect_reads_both_tables(seed, tmp_path, capsys):
+    from posenc.cli import main
 
-    perturb(transformers.WhisperForConditionalGeneration(whisper())).save_pretrained(tmp_path)
-    result = inspect_checkpoint(tmp_path)
+    perturb(transformers.WhisperForConditionalGeneration(whisper())).save_pretrained(tmp_path / "model")
+    assert main(["inspect", str(tmp_path / "model"), "--out", str(tmp_path / "report")]) == 0
+    out = capsys.readouterr().out
+    assert "stored table is a sinusoid: [sin | cos] halves" in out and "(as tensor2tensor / Whisper)" in out
+    assert "Position scheme per stack" in (tmp_path / "report" / "index.html").read_text()
+    result = json.loads((tmp_path / "report" / "inspect.json").read_text())
     enc, dec = result["stacks"]["encoder"], result["stacks"]["decoder"]
     assert enc["tensor"] == "model.encoder.embed_positions.weight" and enc["sinusoid"]["is_sinusoid"]
     fit = enc["sinusoid"]
@@ -126,4 +131,3 @@ def test_inspect_reads_both_tables(seed, tmp_path):
     assert enc["scheme"]["denominator"] == "half-minus-one"
     assert dec["tensor"] == "model.decoder.embed_positions.weight" and not dec["sinusoid"]["is_sinusoid"]
     assert dec["scheme"] == {"name": "learned", "family": "additive", "dim": 32, "max_len": TARGET}
-    assert any("tensor2tensor / Whisper" in line for line in summary_lines(result))

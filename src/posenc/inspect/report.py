@@ -247,6 +247,15 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
                      ["output head", tying["status"], loc["head"] or "—"], ["tying evidence", "", tying["evidence"]],
                      ["vocabulary", "", result["vocab_source"] or "— (ids shown)"]], ["role", "", "tensor"])]
     parts += [f"<p class='meta'>{html.escape(n)}</p>" for n in result["notes"]]
+    if result.get("stacks"):
+        from posenc.inspect.sinusoid import describe
+
+        parts.append("</section><section><h2>Position scheme per stack (encoder–decoder)</h2>")
+        parts.append(_table([[stack, ", ".join(f"{k}={v}" for k, v in e["scheme"].items() if k != "family"),
+                              e["tensor"] or e.get("note", "—"),
+                              describe(e["sinusoid"]) if "sinusoid" in e else "—"]
+                             for stack, e in result["stacks"].items()],
+                            ["stack", "scheme posenc runs", "tensor", "stored table, by fit"]))
     if result.get("layer_plan"):
         parts.append("</section><section><h2>Layer plan</h2>")
         parts.append(_table([[r["layer"], r["position"], ", ".join(f"{k}={v}" for k, v in r["position_options"].items()

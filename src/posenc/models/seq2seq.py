@@ -175,7 +175,7 @@ class Seq2SeqConfig(JSONConfig):
         if self.share_embeddings and self.target_vocab_size != self.vocab_size:
             raise ValueError(f"Seq2SeqConfig: share_embeddings needs one vocabulary, got vocab_size={self.vocab_size}, "
                              f"tgt_vocab_size={self.tgt_vocab_size}")
-        check_memory(2.0 * self.parameters(), f"an encoder–decoder of {self.parameters():,} parameters "
+        check_memory(2.0 * self.parameter_count(), f"an encoder–decoder of {self.parameter_count():,} parameters "
                      "(2 bytes each at least)",
                      fix="the config is not a real model's, or set POSENC_MEMORY_BUDGET (bytes) higher")
 
@@ -184,7 +184,7 @@ class Seq2SeqConfig(JSONConfig):
         """The decoder's vocabulary: ``tgt_vocab_size`` or, when unset, ``vocab_size``."""
         return self.tgt_vocab_size or self.vocab_size
 
-    def parameters(self) -> int:
+    def parameter_count(self) -> int:
         """About how many parameters the config describes (projections, feed-forwards, tables)."""
         d = self.dim
         inner = lambda heads: heads * (self.head_dim or d // heads)  # noqa: E731

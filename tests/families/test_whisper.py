@@ -131,3 +131,8 @@ def test_inspect_reads_both_tables(seed, tmp_path, capsys):
     assert enc["scheme"]["denominator"] == "half-minus-one"
     assert dec["tensor"] == "model.decoder.embed_positions.weight" and not dec["sinusoid"]["is_sinusoid"]
     assert dec["scheme"] == {"name": "learned", "family": "additive", "dim": 32, "max_len": TARGET}
+    from posenc.lab.measures import scheme_similarity
+
+    learned = load_pretrained(tmp_path / "model").model.tgt_position  # what the lab measures: the loaded table
+    table = learned.weight.detach().double()
+    torch.testing.assert_close(scheme_similarity(learned, TARGET), table @ table.T)

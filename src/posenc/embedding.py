@@ -111,10 +111,12 @@ class OutputHead(nn.Module):
         dim: D, width of the hidden vectors.
         vocab_size: V.
         tied_to: the TokenEmbedding to share the table with, or None.
-        bias: add a per-token bias (a V-vector) to the logits.
+        bias: add a per-token bias (a V-vector) to the logits (Marian's ``final_logits_bias``).
+        input_scale: multiply the hidden vectors by this first (T5 with a tied head: D^(−1/2)).
     """
 
-    def __init__(self, *, dim: int, vocab_size: int, tied_to: TokenEmbedding | None = None, bias: bool = False) -> None:
+    def __init__(self, *, dim: int, vocab_size: int, tied_to: TokenEmbedding | None = None, bias: bool = False,
+                 input_scale: float = 1.0) -> None:
         super().__init__()
         if tied_to is not None and (tied_to.vocab_size, tied_to.dim) != (vocab_size, dim):
             raise ValueError(
@@ -129,15 +131,21 @@ class OutputHead(nn.Module):
             self.weight = nn.Parameter(torch.empty(vocab_size, dim))
             nn.init.normal_(self.weight, std=dim**-0.5)
         self.bias = nn.Parameter(torch.zeros(vocab_size)) if bias else None
+        if not (isinstance(input_scale, (int, float)) and 0 < input_scale < float("inf")):
+            raise ValueError(f"input_scale must be a finite number > 0, got {input_scale!r}")
+        self.input_scale = float(input_scale)
 
     def forward(self, h: Tensor) -> Tensor:
         """(…, D) hidden vectors → (…, V) logits."""
         if h.shape[-1] != self.dim:
             raise ValueError(f"hidden vectors have width {h.shape[-1]}, the head expects {self.dim}")
+        if self.input_scale != 1.0:
+            h = h * self.input_scale
         return F.linear(h, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"dim={self.dim}, vocab_size={self.vocab_size}, tied={self.tied}"
+        scale = f", input_scale={self.input_scale:g}" if self.input_scale != 1.0 else ""
+        return f"dim={self.dim}, vocab_size={self.vocab_size}, tied={self.tied}{scale}"
 
 
 def count_parameters(*modules: nn.Module) -> int:

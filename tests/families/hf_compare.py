@@ -44,3 +44,45 @@ def compare(hf, folder, ids: torch.Tensor, *, pairing: str = "interleaved", prom
         parts += [pm.model(ids[:, i:i + 1], cache=cache) for i in range(first, ids.shape[1])]
         torch.testing.assert_close(torch.cat(parts, dim=1), ref, **tol(ref))
     return pm
+
+
+def compare_seq2seq(hf, folder, src: torch.Tensor, tgt: torch.Tensor, *, prompt: int | None = None,
+                    tol=tolerance, save: bool = True, src_mask: torch.Tensor | None = None):
+    """An encoder–decoder's ``compare``: save ``hf``, load it with posenc, assert equal logits; return the Pretrained.
+
+    ``src`` is the encoder's input (ids, or Whisper's log-mel features) and ``tgt`` the decoder's ids.
+    Logits of a full forward, then of cached decoding: the encoder once (its keys and values cached
+    by each cross-attention), the first ``prompt`` target tokens together, then one at a time.
+    ``src_mask`` (B, S), 1 for a real source token: HF's ``attention_mask``, posenc's padding masks.
+    ``save=False`` loads ``folder`` as it is (a test that edited the saved files).
+    """
+    if save:
+        hf.save_pretrained(folder, safe_serialization=True)
+    pm = load_pretrained(folder)
+    padding = None if src_mask is None else ~src_mask.bool()  # (B, S), True = a padding key
+    with torch.no_grad():
+        ref = hf(src, attention_mask=src_mask, decoder_input_ids=tgt).logits
+        torch.testing.assert_close(pm.model(src, tgt, src_padding_mask=padding), ref, **tol(ref))
+        memory = pm.model.encode(src, src_padding_mask=padding)
+        cache = pm.model.new_cache()
+        first = tgt.shape[1] // 3 if prompt is None else prompt
+        parts = [pm.model.decode(tgt[:, :first], memory, memory_padding_mask=padding, cache=cache)]
+        parts += [pm.model.decode(tgt[:, i:i + 1], memory, memory_padding_mask=padding, cache=cache)
+                  for i in range(first, tgt.shape[1])]
+        torch.testing.assert_close(torch.cat(parts, dim=1), ref, **tol(ref))
+        assert all(c.cross_attn.k is not None and c.self_attn.length == tgt.shape[1] for c in cache)
+    return pm
+
+
+def assert_refused(folder, changes: list[tuple[str, object, str]]) -> None:
+    """Each (key, value, message): folder's config.json with ``key`` set to ``value`` is refused naming ``message``."""
+    import json
+
+    import pytest
+
+    data = json.loads((folder / "config.json").read_text())
+    for key, value, message in changes:
+        (folder / "config.json").write_text(json.dumps(data | {key: value}))
+        with pytest.raises(ValueError, match=message):
+            load_pretrained(folder)
+    (folder / "config.json").write_text(json.dumps(data))

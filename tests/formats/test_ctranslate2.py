@@ -60,6 +60,11 @@ def test_real_whisper_tables():
     assert fit["base"] == 10000.0 and fit["offset"] == 0 and fit["max_residual"] <= 2**-10
     wt = pytest.importorskip("transformers.models.whisper.modeling_whisper")
     torch.testing.assert_close(enc.double(), wt.sinusoids(1500, 384).double(), rtol=0, atol=2**-10)
+    from posenc.families.stacks import check_fixed_table
+    from posenc.families.whisper import POSITION_OPTIONS
+
+    # the check a Whisper checkpoint's encoder table is loaded under (posenc's scheme, then computed)
+    check_fixed_table("encoder/position_encodings/encodings", enc, "sinusoidal", POSITION_OPTIONS, shape=(1500, 384))
     learned = recognise_sinusoid(dec)
     assert not learned["is_sinusoid"]
     a = analyse_positions(dec.double())

@@ -4,7 +4,9 @@ A family turns an HF ``config.json`` into a ``LlamaConfig`` (the decoder's plain
 data: sizes, parts by name, and the layer plan) and says where each HF tensor
 goes in posenc's model; ``posenc.models.llama.build_llama`` builds every family
 from parts, and ``posenc.pretrained`` loads the weights. Nothing else knows a
-family. Adding one is one file with ``FAMILY = Family(...)``, listed in
+family. Encoders and encoder–decoders (BERT, T5, Marian, Whisper) read into their
+own configs and name their builder (``posenc.families.stacks.StackFamily``).
+Adding one is one file with ``FAMILY = Family(...)``, listed in
 ``_MODULES`` below, and its comparison test against HF's own modeling code
 (``tests/families``); docs/architecture.md walks through it. A family whose
 decoder has parts ``LlamaLM`` lacks reads into a ``LlamaConfig`` subclass with a
@@ -32,6 +34,9 @@ family         model types (config.json)
 ``deepseek_v3`` deepseek_v3 (DeepSeek-V3, Kimi-K2; MLA with a decoupled rotary slice, YaRN mscale, MoE)
 ``bert``       bert (an encoder: learned positions + token types, post-norm; MiniLM, all-MiniLM-L6-v2)
 ``gemma4``     gemma4_text (Gemma 4 text; proportional RoPE, wide global heads, PLE, KV sharing)
+``t5``         t5 (an encoder–decoder: relative-position buckets per stack, RMS norms, unscaled q·k)
+``marian``     marian (an encoder–decoder: [sin | cos] sinusoid, post-norm, ×√D tokens, logit bias; opus-mt)
+``whisper``    whisper (speech encoder–decoder: conv front end + fixed sinusoid, learned decoder table)
 =============  =======================================================================
 """
 
@@ -47,7 +52,8 @@ from torch import Tensor
 from posenc.families.hf_config import HFConfig
 
 #: Modules that define a family (each holds ``FAMILY``).
-_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gemma4", "gpt_oss", "llama4", "deepseek_v3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt", "bert")
+_MODULES = ("llama", "gemma3", "qwen3", "smollm3", "cohere2", "phi3", "gemma4", "gpt_oss", "llama4", "deepseek_v3", "gpt2", "bloom", "gpt_neox", "gptj", "opt", "mpt", "bert", "t5",
+            "marian", "whisper")
 
 
 @dataclass(frozen=True)

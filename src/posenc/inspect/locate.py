@@ -68,7 +68,8 @@ POSITION_OFFSET_2 = ("opt", "bart", "mbart", "blenderbot", "plbart", "biogpt")
 POSITION_AFTER_PADDING = ("roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "mpnet",
                           "data2vec-text", "ibert")
 #: Architectures (config ``architectures``) that carry an output head over the vocabulary.
-HEAD_SUFFIXES = ("LMHeadModel", "ForCausalLM", "ForMaskedLM", "ForConditionalGeneration", "ForPreTraining")
+HEAD_SUFFIXES = ("LMHeadModel", "ForCausalLM", "ForMaskedLM", "ForConditionalGeneration", "ForPreTraining",
+                 "MTModel")  # MarianMTModel
 
 
 def _matches(name: str, suffix: str) -> bool:

@@ -61,6 +61,15 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
              f"position    {pos['kind']}" + (f"  {loc['position']}" if loc["position"] else ""),
              f"token       {loc['token']}",
              f"head        {loc['head']}  → {tying['status']}: {tying['evidence']}"]
+    for stack, entry in (result.get("stacks") or {}).items():
+        scheme = entry["scheme"]
+        options = ", ".join(f"{k}={v}" for k, v in scheme.items() if k not in ("name", "family"))
+        lines.append(f"{stack:<11} {scheme['name']} ({options})  " + (entry["tensor"] or entry.get("note", "")))
+        if "sinusoid" in entry:
+            from posenc.inspect.sinusoid import describe
+
+            fit = entry["sinusoid"]
+            lines.append(f"            stored table {'is a sinusoid: ' + describe(fit) if fit['is_sinusoid'] else 'is not a sinusoid: ' + fit.get('why', '')}")
     if result.get("layer_plan"):
         lines.append("layer plan  (each layer's position scheme, window and query scale)")
         lines.extend("            " + line for line in format_plan(result["layer_plan"]).splitlines())
@@ -252,6 +261,15 @@ def write_html(result: dict[str, Any], out: Path, files: dict[str, str]) -> Path
                      ["output head", tying["status"], loc["head"] or "—"], ["tying evidence", "", tying["evidence"]],
                      ["vocabulary", "", result["vocab_source"] or "— (ids shown)"]], ["role", "", "tensor"])]
     parts += [f"<p class='meta'>{html.escape(n)}</p>" for n in result["notes"]]
+    if result.get("stacks"):
+        from posenc.inspect.sinusoid import describe
+
+        parts.append("</section><section><h2>Position scheme per stack (encoder–decoder)</h2>")
+        parts.append(_table([[stack, ", ".join(f"{k}={v}" for k, v in e["scheme"].items() if k != "family"),
+                              e["tensor"] or e.get("note", "—"),
+                              describe(e["sinusoid"]) if "sinusoid" in e else "—"]
+                             for stack, e in result["stacks"].items()],
+                            ["stack", "scheme posenc runs", "tensor", "stored table, by fit"]))
     if result.get("layer_plan"):
         parts.append("</section><section><h2>Layer plan</h2>")
         parts.append(_table([[r["layer"], r["position"], ", ".join(f"{k}={v}" for k, v in r["position_options"].items()

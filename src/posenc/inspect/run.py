@@ -40,6 +40,50 @@ def layer_plan(cfg: dict[str, Any]) -> Any:
     return config if getattr(config, "layer_plan", None) is not None else None  # encoders have no plan
 
 
+def seq2seq_config(cfg: dict[str, Any]) -> Any:
+    """The ``Seq2SeqConfig`` of an encoder–decoder config a posenc family reads (T5, Marian, Whisper), else None."""
+    from posenc.models.seq2seq import Seq2SeqConfig
+
+    if not isinstance(cfg.get("model_type"), str):
+        return None
+    try:
+        config = config_from_hf(cfg)
+    except ValueError:
+        return None
+    return config if isinstance(config, Seq2SeqConfig) else None
+
+
+def _stacks(ckpt: Checkpoint, found: Any, config: Any) -> dict[str, Any]:
+    """Each stack's position scheme (the one posenc runs, from the family's reader) and the tensor that holds it.
+
+    A stored table (Whisper's encoder sinusoid, its decoder's learned table) is fitted
+    to every sinusoid layout, by fit (``recognise_sinusoid``); a T5 bucket table is named.
+    """
+    tables = [n for n in (found.position, *found.also.get("position", [])) if n]
+    out: dict[str, Any] = {}
+    from posenc.models.seq2seq import stack_position
+
+    for stack in ("encoder", "decoder"):
+        scheme = stack_position(config, stack)
+        entry: dict[str, Any] = {"scheme": scheme.describe(), "tensor": None}
+        stored = next((n for n in tables if n.startswith(f"{stack}.") or f".{stack}." in n), None)
+        relative = next((n for n in found.relative if n.startswith(f"{stack}.") or f".{stack}." in n), None)
+        if stored is not None:
+            rows, width = ckpt.shape(stored)
+            check_memory(_gram_bytes(rows, width), f"fitting the {rows} × {width} table {stored!r}",
+                         fix="measure it on a machine with more memory, or set POSENC_MEMORY_BUDGET")
+            raw = ckpt.tensor(stored)
+            entry["tensor"] = stored
+            entry["sinusoid"] = recognise_sinusoid(finite_table(to_float64(raw), f"position table {stored!r}"),
+                                                   dtype=raw.dtype)
+        elif relative is not None:
+            entry["tensor"] = relative
+        else:
+            entry["note"] = "computed by the scheme, not stored in the checkpoint"
+        out[stack] = entry
+    return out
+
+
 def _planned_rotary(config: Any) -> tuple[PositionScheme, dict[str, Any]] | None:
     """The scheme of the plan's first full-attention rotary layer (else its first rotary layer) and its settings."""
     rotary = [(i, spec) for i, spec in enumerate(config.plan) if lookup(spec.position).family == "rotary"]
@@ -191,8 +235,13 @@ def inspect_checkpoint(
 
     Returns:
         Plain data: ``source``, ``tensors``, ``config``, ``located``, ``tying``,
+<<<<<<< HEAD
         ``position`` (learned table, rotary scheme, or none), ``more_positions`` (every
         further stored position table, measured alike: an encoder–decoder's), ``relative``,
+=======
+        ``position`` (learned table, rotary scheme, or none), ``stacks`` (an
+        encoder–decoder's position scheme per stack, with its stored table; else None), ``relative``,
+>>>>>>> s2s
         ``tokens`` and ``notes``.
     """
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
@@ -243,6 +292,12 @@ def inspect_checkpoint(
             result["position"] = {"kind": "none"}
             result["notes"].append("no position table, no rotary settings and no relative bias were found; "
                                    "name a table with --position-tensor if the model has one")
+    seq2seq = seq2seq_config(cfg)
+    result["stacks"] = None if seq2seq is None else _stacks(ckpt, found, seq2seq)
+    if seq2seq is not None and result["position"]["kind"] == "none":  # Marian: a sinusoid nobody stores
+        result["position"] = {"kind": seq2seq.encoder_position, "scheme": result["stacks"]["encoder"]["scheme"],
+                              "from": "config.json (the family's reader)"}
+        result["notes"] = [n for n in result["notes"] if not n.startswith("no position table")]
     result["relative"] = _relative(ckpt, found.relative)
     if found.token is not None:
         vocab_rows, width = ckpt.shape(found.token)

@@ -9,6 +9,7 @@ module              holds
 ``encoder_decoder`` ``EncoderDecoder``, run from parts
 ``decoder_only``    ``DecoderOnlyLM``, run from parts (``hidden`` + ``head``)
 ``llama``           Llama-family parts and ``build_llama`` (RMSNorm, SwiGLU, GQA)
+``seq2seq``         ``Seq2SeqConfig`` and ``build_seq2seq``: T5, Marian, Whisper as ``EncoderDecoder``
 ==================  ================================================================
 
 >>> import torch
@@ -24,6 +25,7 @@ from posenc.models.decoder_only import DecoderOnlyLM
 from posenc.models.encoder_decoder import EncoderDecoder
 from posenc.models.llama import LlamaConfig, LlamaLM, RMSNorm, SwiGLU, build_llama
 from posenc.models.parts import (
+    AudioFrontEnd,
     DecoderLayer,
     EncoderLayer,
     FeedForward,
@@ -32,8 +34,10 @@ from posenc.models.parts import (
     Residual,
     layer_norm,
 )
+from posenc.models.seq2seq import Seq2SeqConfig, build_seq2seq
 
 __all__ = [
+    "AudioFrontEnd",
     "DecoderLayer",
     "DecoderOnlyLM",
     "EncoderDecoder",
@@ -46,9 +50,11 @@ __all__ = [
     "ModelConfig",
     "RMSNorm",
     "Residual",
+    "Seq2SeqConfig",
     "SwiGLU",
     "build_decoder_only",
     "build_encoder_decoder",
     "build_llama",
+    "build_seq2seq",
     "layer_norm",
 ]

@@ -40,7 +40,8 @@ def output_head(cfg: ModelConfig, token: TokenEmbedding, vocab_size: int) -> Out
     return output_head_for(token, dim=cfg.dim, vocab_size=vocab_size, tie=cfg.tie_embeddings, position=cfg.position)
 
 
-def output_head_for(token: TokenEmbedding, *, dim: int, vocab_size: int, tie: bool, position: str) -> OutputHead:
+def output_head_for(token: TokenEmbedding, *, dim: int, vocab_size: int, tie: bool, position: str,
+                    bias: bool = False, input_scale: float = 1.0) -> OutputHead:
     """A head D → ``vocab_size``, reusing ``token``'s table when ``tie``: the one tie/width check of every builder.
 
     Args:
@@ -48,6 +49,7 @@ def output_head_for(token: TokenEmbedding, *, dim: int, vocab_size: int, tie: bo
         dim: model width D.
         tie: reuse ``token``'s table as the head's weight.
         position: the scheme's name, for the message.
+        bias, input_scale: ``OutputHead``'s (Marian's logit bias; T5's D^(−1/2) before a tied head).
 
     Raises:
         ValueError: ``tie`` with a token table narrower than the model (a widening scheme such as "naive").
@@ -56,7 +58,8 @@ def output_head_for(token: TokenEmbedding, *, dim: int, vocab_size: int, tie: bo
         raise ValueError(
             f"cannot tie the output head: the {position!r} scheme widens token vectors "
             f"({token.dim} → {dim}); set tie_embeddings=False")
-    return OutputHead(dim=dim, vocab_size=vocab_size, tied_to=token if tie else None)
+    return OutputHead(dim=dim, vocab_size=vocab_size, tied_to=token if tie else None, bias=bias,
+                      input_scale=input_scale)
 
 
 def norm_factory(cfg: ModelConfig) -> NormFactory:

@@ -7,17 +7,18 @@ here and nothing else asks which family it holds.
 =================  ==============================================================  ==========================
 name               what                                                            used by
 =================  ==============================================================  ==========================
-norm ``rms``       x / rms(x) · g, cast before the gain                            Llama, Qwen, SmolLM, Phi-3
+norm ``rms``       x / rms(x) · g, cast before the gain                            Llama, Qwen, SmolLM, Phi-3, T5
 norm ``rms-offset`` x / rms(x) · (1 + g) in float32, cast after (zero-centred g)   Gemma 3 / 4
 norm ``layer``     (x − mean) / std · g, no bias, float32                          Cohere 2
 norm ``rms-unit``  x / rms(x), no gain                                             Llama 4 QK-norm, Gemma 4 v-norm
 norm ``rms-float`` x / rms(x) · g, all in float32, cast after (g starts at 1)      Gemma 4
 norm ``layernorm`` (x − mean) / std · g + b, in the activation dtype (torch's)      GPT-2, OPT, BLOOM, NeoX, GPT-J
 ffn ``swiglu``     down(silu(gate(x)) · up(x))                                     Llama family
-ffn ``geglu``      down(gelu_tanh(gate(x)) · up(x))                                Gemma
+ffn ``geglu``      down(gelu_tanh(gate(x)) · up(x))                                Gemma, T5 v1.1 (gated-gelu)
 ffn ``gelu-tanh-mlp`` fc_out(gelu_tanh(fc_in(x))), not gated                       GPT-2, GPT-J, BLOOM
 ffn ``gelu-mlp``   fc_out(gelu(fc_in(x))) (exact erf GELU)                         GPT-NeoX / Pythia, MPT
 ffn ``relu-mlp``   fc_out(relu(fc_in(x)))                                          OPT
+ffn ``silu-mlp``   fc_out(silu(fc_in(x))) (HF's "swish")                             Marian (opus-mt)
 block ``pre``      x + attn(n₁(x)); x + ffn(n₂(x))                                  Llama family, GPT-2, BLOOM
 block ``sandwich`` x + n₂(attn(n₁(x))); x + n₄(ffn(n₃(x)))                           Gemma 2 / 3 / 4
 block ``parallel`` x + attn(n(x)) + ffn(n(x))                                       Cohere, GPT-J
@@ -170,7 +171,8 @@ class GatedFFN(nn.Module):
 
 
 #: plain (non-gated) MLP name → its activation.
-MLPS: dict[str, Callable[[Tensor], Tensor]] = {"gelu-tanh-mlp": _gelu_tanh, "gelu-mlp": F.gelu, "relu-mlp": F.relu}
+MLPS: dict[str, Callable[[Tensor], Tensor]] = {"gelu-tanh-mlp": _gelu_tanh, "gelu-mlp": F.gelu, "relu-mlp": F.relu,
+                                             "silu-mlp": F.silu}
 
 
 class MLP(nn.Module):
@@ -179,7 +181,7 @@ class MLP(nn.Module):
     Args:
         dim: D; hidden: F; bias: biases on both projections;
         activation: a name of ``MLPS`` ("gelu-tanh-mlp": GPT-2's ``gelu_new``, "gelu-mlp": exact GELU,
-            "relu-mlp": OPT).
+            "relu-mlp": OPT, T5 v1.0; "silu-mlp": Marian).
     """
 
     def __init__(self, *, dim: int, hidden: int, bias: bool = True, activation: str = "gelu-tanh-mlp") -> None:

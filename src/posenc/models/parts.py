@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.embedding import TokenEmbedding, count_parameters
 from posenc.positions import PositionScheme, check_positions, default_positions
+from posenc.validation import check_ids
 
 #: Makes a fresh norm module each call (a layer needs one per residual branch).
 NormFactory = Callable[[], nn.Module]
@@ -174,10 +175,65 @@ class InputEmbedding(nn.Module):
         self.position = position
         self.dropout = nn.Dropout(dropout)
 
+    def prepare(self, ids: Tensor, name: str = "ids") -> tuple[Tensor, int]:
+        """``ids`` checked (a 2-D integer tensor, widened to int64) and the sequence length they give."""
+        ids = check_ids(ids, name)
+        return ids, ids.shape[1]
+
     def forward(self, ids: Tensor, positions: Tensor) -> Tensor:
         if ids.dim() != 2:
             raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
         return self.dropout(self.position.add(self.token(ids), positions))  # (B, T, D)
+
+
+class AudioFrontEnd(nn.Module):
+    """Whisper's convolutional stem (Radford et al., 2022): log-mel features → a sequence of D-wide vectors.
+
+    GELU(conv1d, kernel 3) then GELU(conv1d, kernel 3, stride 2) halve the
+    frames; the position scheme's additive hook then adds its vectors (Whisper:
+    a fixed sinusoid, posenc's ``sinusoidal`` with ``layout="concatenated"`` and
+    ``denominator="half-minus-one"``). The input has exactly 2·``length`` frames,
+    as Whisper's encoder requires (its features are padded to 30 s).
+
+    Reference used to verify: HF ``WhisperEncoder`` (``tests/families/test_whisper.py``).
+
+    Args:
+        num_mel_bins: M, feature channels of the input.
+        dim: D, the model width.
+        length: S, positions after the stride-2 convolution (Whisper's ``max_source_positions``).
+        position: the scheme whose ``add`` puts positions on the convolved frames.
+    """
+
+    def __init__(self, *, num_mel_bins: int, dim: int, length: int, position: PositionScheme) -> None:
+        super().__init__()
+        self.num_mel_bins, self.dim, self.length = num_mel_bins, dim, length
+        self.conv1 = nn.Conv1d(num_mel_bins, dim, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(dim, dim, kernel_size=3, stride=2, padding=1)
+        self.position = position
+
+    def prepare(self, features: Tensor, name: str = "features") -> tuple[Tensor, int]:
+        """``features`` checked against the front end's shape (B, M, 2·S) and the length S they give."""
+        frames = 2 * self.length
+        if not isinstance(features, Tensor) or not features.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating-point tensor of log-mel features (B, {self.num_mel_bins}, "
+                            f"{frames}), got {type(features).__name__ if not isinstance(features, Tensor) else features.dtype}")
+        if features.dim() != 3 or features.shape[1] != self.num_mel_bins:
+            raise ValueError(f"{name} has shape {tuple(features.shape)}; the encoder takes (B, {self.num_mel_bins}, "
+                             f"{frames}): {self.num_mel_bins} mel bins (num_mel_bins) — compute the features with "
+                             f"the model's own feature extractor")
+        if features.shape[2] != frames:
+            raise ValueError(f"{name} has {features.shape[2]} frames; the encoder takes exactly {frames} "
+                             f"(2 × max_source_positions = 2 × {self.length}): pad or trim the log-mel features to "
+                             f"{frames} frames")
+        return features, self.length
+
+    def forward(self, features: Tensor, positions: Tensor) -> Tensor:
+        x = F.gelu(self.conv1(features))  # (B, D, 2S)
+        x = F.gelu(self.conv2(x)).transpose(1, 2)  # (B, D, S) → (B, S, D)
+        return self.position.add(x, positions)
+
+    def extra_repr(self) -> str:
+        return f"num_mel_bins={self.num_mel_bins}, dim={self.dim}, length={self.length}"
 
 
 def describe_scheme(scheme: PositionScheme) -> dict[str, Any]:

@@ -8,7 +8,12 @@
 
 ``pm.model`` is a ``posenc.models.llama.LlamaLM``, ``pm.config`` its
 ``LlamaConfig`` (position scheme + options built from the checkpoint's RoPE
-settings), ``pm.tokenizer`` the model's own tokenizer.
+settings), ``pm.tokenizer`` the model's own tokenizer. A BERT folder gives a
+``posenc.models.encoder.Encoder`` (config ``EncoderConfig``), a T5, Marian or
+Whisper folder a ``posenc.models.EncoderDecoder`` (config ``Seq2SeqConfig``)::
+
+    pm = load_pretrained("path/to/t5-small")
+    out = pm.model.generate(src_ids, bos_id=pm.config.decoder_start_token_id, max_new_tokens=20)
 """
 
 from __future__ import annotations

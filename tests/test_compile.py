@@ -102,9 +102,15 @@ def test_backward_traces_through_aot_autograd(name, gen):
     assert_compiled_matches_eager(model, args, "aot_eager")
 
 
+#: the encoder–decoder's own code paths under aot_autograd: one scheme per family, plus the position-remapping
+#: path (dca, rerope), the query-key logit hook (cope) and the value hook (shaw); every scheme's backward is
+#: traced decoder-only
+ENCODER_DECODER_AOT = [*FAMILY_REPRESENTATIVES, "dca", "rerope", "cope", "shaw"]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["decoder-only", "encoder-decoder"])
-@pytest.mark.parametrize("name", names())
+@pytest.mark.parametrize("kind, name", [("decoder-only", n) for n in names()]
+                         + [("encoder-decoder", n) for n in ENCODER_DECODER_AOT])
 def test_every_scheme_backward_through_aot_autograd(name, kind, gen):
     model, args = model_and_inputs(kind, name, gen)
     assert_compiled_matches_eager(model, args, "aot_eager")

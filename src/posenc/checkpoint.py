@@ -379,7 +379,8 @@ def refuse_existing_run(path: str | os.PathLike[str]) -> None:
 
 
 @contextmanager
-def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory") -> Iterator[None]:
+def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory",
+             fix: str = "wait for it to finish, or give another directory") -> Iterator[None]:
     """Hold an exclusive lock on run directory ``path`` (created if missing) while the body runs.
 
     A second process writing into the same directory (a ``train`` run, an ``extend``
@@ -390,6 +391,7 @@ def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory"
 
     Args:
         what: the directory's name in the refusal ("checkpoint directory", "--out folder").
+        fix: what the refusal tells the user to do instead.
     """
     try:
         import fcntl
@@ -406,7 +408,7 @@ def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory"
             pid, _, command = os.pread(fd, 1024, 0).decode(errors="replace").partition("\n")
             started = f", started as `{command.strip()}`" if command.strip() else ""
             raise ValueError(f"{what} {path} is in use by another posenc run (pid {pid.strip() or 'unknown'})"
-                             f"{started}; wait for it to finish, or give another directory") from None
+                             f"{started}; {fix}") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n{_command_line()}".encode(), 0)
         yield

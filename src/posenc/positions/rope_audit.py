@@ -24,7 +24,6 @@ The command ``posenc rope`` prints these (``posenc.commands.rope``).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -54,10 +53,9 @@ def read_source(path: str | Path) -> tuple[dict[str, Any], str]:
         magic = f.read(4)
     if magic == b"GGUF":
         return gguf_config(path), "gguf"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a JSON config.json nor a GGUF file ({err})") from None
+    from posenc.formats.safetensors import MAX_CONFIG_BYTES, read_json
+
+    config = read_json(path, limit=MAX_CONFIG_BYTES)  # not JSON (nor a GGUF): refused naming the file
     if not isinstance(config, dict):
         raise ValueError(f"{path}: config.json must be a JSON object, got {type(config).__name__}")
     return config, "hf"

@@ -127,3 +127,16 @@ def test_finetune_grid_shards_share_their_folder_as_documented(tmp_path: Path) -
     with ckpt.run_lock(out, what="--out folder"):
         outcome = posenc("finetune", "grid", "--quick", "--quiet", "--stage", "cells", "--shard", "1/2", "--out", out)
     assert outcome.code == 2 and "the pretrained model is not finished" in outcome.err
+
+
+def test_a_folder_the_lock_made_is_removed_when_nothing_was_written_into_it(tmp_path: Path) -> None:
+    """A run refused or failed before its first file (an encoder given to finetune, a bad file to inspect) leaves
+    no empty folder behind; a folder that existed before, or that the run wrote into, stays."""
+    made, kept, written = tmp_path / "made", tmp_path / "kept", tmp_path / "written"
+    kept.mkdir()
+    with ckpt.run_lock(made), ckpt.run_lock(kept), ckpt.run_lock(written):
+        (written / "results.json").write_text("{}")
+    assert not made.exists() and sorted(p.name for p in kept.iterdir()) == [ckpt.LOCK_FILE]
+    assert sorted(p.name for p in written.iterdir()) == [ckpt.LOCK_FILE, "results.json"]
+    assert_refused(posenc("inspect", tmp_path / "missing.safetensors", "--out", tmp_path / "report"), "missing")
+    assert not (tmp_path / "report").exists()

@@ -379,17 +379,21 @@ def refuse_existing_run(path: str | os.PathLike[str]) -> None:
 
 
 @contextmanager
-def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory") -> Iterator[None]:
+def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory",
+             fix: str = "wait for it to finish, or give another directory") -> Iterator[None]:
     """Hold an exclusive lock on run directory ``path`` (created if missing) while the body runs.
 
     A second process writing into the same directory (a ``train`` run, an ``extend``
     grid) is refused at once, naming the holder's pid and command line, instead of
     racing the first for ``latest`` or a cell file. The lock is ``flock`` on
     ``path/.lock``: the kernel releases it when the holder exits, even after ``kill -9``.
-    Where ``flock`` is unavailable (not POSIX) nothing is locked.
+    Where ``flock`` is unavailable (not POSIX) nothing is locked. A directory the lock
+    created and nothing wrote into (the run was refused or failed before its first file)
+    is removed again, while still held, so a refusal leaves nothing behind.
 
     Args:
         what: the directory's name in the refusal ("checkpoint directory", "--out folder").
+        fix: what the refusal tells the user to do instead.
     """
     try:
         import fcntl
@@ -397,8 +401,16 @@ def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory"
         yield
         return
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    created = not path.exists()
+    for attempt in (1, 2):
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+            break
+        except FileNotFoundError:  # a run that left the directory empty removed it in between: make it again
+            if attempt == 2:
+                raise
+    held = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -406,12 +418,25 @@ def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory"
             pid, _, command = os.pread(fd, 1024, 0).decode(errors="replace").partition("\n")
             started = f", started as `{command.strip()}`" if command.strip() else ""
             raise ValueError(f"{what} {path} is in use by another posenc run (pid {pid.strip() or 'unknown'})"
-                             f"{started}; wait for it to finish, or give another directory") from None
+                             f"{started}; {fix}") from None
+        held = True
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n{_command_line()}".encode(), 0)
         yield
     finally:
+        if held and created:
+            _remove_if_only_the_lock(path)
         os.close(fd)  # closing releases the lock
+
+
+def _remove_if_only_the_lock(path: Path) -> None:
+    """Remove directory ``path`` if it holds nothing but the lock file (called by its holder)."""
+    try:
+        if [p.name for p in path.iterdir()] == [LOCK_FILE]:
+            (path / LOCK_FILE).unlink()
+            path.rmdir()  # fails, and is left, if another run made its own lock file there meanwhile
+    except OSError:
+        pass
 
 
 def _command_line() -> str:

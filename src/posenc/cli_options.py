@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +135,30 @@ def out_dir(args: argparse.Namespace) -> Path | None:
     """The output folder, or None when the command must write no files (``--out -`` or no default)."""
     out = getattr(args, "out", None)
     return None if out in (None, "", NO_FILES) else Path(out)
+
+
+def hold_out(folder: str | os.PathLike[str] | None, *, shards: str | None = None) -> AbstractContextManager[None]:
+    """Hold ``posenc.checkpoint.run_lock`` on a command's output folder while the command runs.
+
+    A second posenc run into the same folder is refused at once, naming the first (its pid and
+    command line), instead of writing the same cells and report files. ``None`` (``--out -``, or a
+    rank of a ``torchrun`` that writes nothing) holds nothing. Call it after ``check_output``: the lock
+    creates the folder.
+
+    Args:
+        shards: for a command whose grid runs in shards (``"lengthgen"``, ``"extend MODEL"``): the
+            refusal also gives the route for shards at the same time (one folder each, then
+            ``--report-only``).
+    """
+    if folder is None:
+        return nullcontext()
+    from posenc.checkpoint import run_lock
+
+    fix = "wait for it to finish, or give another folder"
+    if shards:
+        fix += (f"; shards that run at the same time need one --out each: when they are done, copy their cells/ "
+                f"folders into one and run `posenc {shards} --report-only --out DIR`")
+    return run_lock(folder, what="--out folder", fix=fix)
 
 
 def add_json(parser: argparse.ArgumentParser, *, help: str | None = None) -> None:

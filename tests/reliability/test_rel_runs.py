@@ -89,3 +89,54 @@ def test_the_lab_refuses_sizes_beyond_the_memory_budget(monkeypatch) -> None:
 
     with pytest.raises(ValueError, match="lower --length or --dim"):
         LabConfig(length=100_000)
+
+
+# every command that writes an output folder holds it for the whole run (posenc.cli_options.hold_out)
+FOLDER_COMMANDS = {
+    "lengthgen": ["lengthgen", "--task", "copy", "--position", "nope", "--seeds", "0", "--quiet"],
+    "lengthgen --jobs": ["lengthgen", "--task", "copy", "--position", "nope,rope", "--seeds", "0", "--jobs", "2"],
+    "lengthgen --report-only": ["lengthgen", "--task", "copy", "--report-only"],
+    "finetune run": ["finetune", "run", "no-model", "--method", "rope", "--quiet"],
+    "finetune search": ["finetune", "search", "no-model", "--factor", "2", "--quiet"],
+    "finetune grid": ["finetune", "grid", "--quick", "--quiet"],
+    "bench": ["bench", "--suites", "rope", "--size", "tiny", "--quiet"],
+    "lab": ["lab", "--only", "sinusoid-norm", "--quiet"],
+    "inspect": ["inspect", "no-model.safetensors"],
+    "translate compare": ["translate", "compare", "--data", "no-data", "--quiet"],
+    "export": ["export", "no-model"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(FOLDER_COMMANDS))
+def test_a_command_writing_a_folder_another_run_holds_is_refused_naming_it(tmp_path: Path, command: str) -> None:
+    out = tmp_path / "out"
+    (out / "cells").mkdir(parents=True)
+    (out / "cells" / "kept.json").write_text("{}")
+    with ckpt.run_lock(out, what="--out folder"):
+        before = sorted((p.relative_to(out).as_posix(), p.stat().st_mtime_ns) for p in out.rglob("*"))
+        outcome = posenc(*FOLDER_COMMANDS[command], "--out", str(out))
+        assert_refused(outcome, f"--out folder {out} is in use by another posenc run (pid {os.getpid()}), started as")
+        assert sorted((p.relative_to(out).as_posix(), p.stat().st_mtime_ns) for p in out.rglob("*")) == before
+    if command.startswith("lengthgen"):  # a grid run in shards: the refusal gives the route for shards at once
+        assert "one --out each" in outcome.err and "`posenc lengthgen --report-only --out DIR`" in outcome.err
+
+
+def test_finetune_grid_shards_share_their_folder_as_documented(tmp_path: Path) -> None:
+    """Shards of a finetune grid run at once in one folder (after shard 0's pretraining): not refused by the lock."""
+    out = tmp_path / "out"
+    with ckpt.run_lock(out, what="--out folder"):
+        outcome = posenc("finetune", "grid", "--quick", "--quiet", "--stage", "cells", "--shard", "1/2", "--out", out)
+    assert outcome.code == 2 and "the pretrained model is not finished" in outcome.err
+
+
+def test_a_folder_the_lock_made_is_removed_when_nothing_was_written_into_it(tmp_path: Path) -> None:
+    """A run refused or failed before its first file (an encoder given to finetune, a bad file to inspect) leaves
+    no empty folder behind; a folder that existed before, or that the run wrote into, stays."""
+    made, kept, written = tmp_path / "made", tmp_path / "kept", tmp_path / "written"
+    kept.mkdir()
+    with ckpt.run_lock(made), ckpt.run_lock(kept), ckpt.run_lock(written):
+        (written / "results.json").write_text("{}")
+    assert not made.exists() and sorted(p.name for p in kept.iterdir()) == [ckpt.LOCK_FILE]
+    assert sorted(p.name for p in written.iterdir()) == [ckpt.LOCK_FILE, "results.json"]
+    assert_refused(posenc("inspect", tmp_path / "missing.safetensors", "--out", tmp_path / "report"), "missing")
+    assert not (tmp_path / "report").exists()

@@ -8,7 +8,8 @@ import shlex
 import sys
 from typing import Any
 
-from posenc.cli_options import add_json, add_out, add_quiet, add_seed, add_threads, apply_threads, out_dir
+from posenc.cli_options import (add_json, add_out, add_quiet, add_seed, add_threads, apply_threads, hold_out,
+                                out_dir)
 
 DEFAULT_SUITES = "rope,angles,additive,bias,attention,train,lab"
 
@@ -39,27 +40,28 @@ def run(args: argparse.Namespace) -> int:
     allocators = parse_list(args.alloc, "--alloc")
     for flag in ("out", "json", "markdown"):  # before the timings, not after
         check_output(getattr(args, flag, None), f"--{flag}", kind="dir" if flag == "out" else "file")
-    apply_threads(args)
-    size = "full" if args.full else args.size
-    compile_peers = args.compile if args.compile is not None else size == "full"
-    command = canonical_command(args, suites=suites, size=size, allocators=allocators, compile_peers=compile_peers)
-    result = run_bench(suites, size=size, allocators=allocators, compile_peers=compile_peers, seed=args.seed,
-                       command=command, progress=not args.quiet)
-    to_stdout = args.json == "-"
-    if to_stdout:
-        print(json.dumps(result, indent=2))
-    else:
-        print(report.render_terminal(result))
-    out_json, out_md = (None if to_stdout else args.json), args.markdown
     folder = out_dir(args)
-    if folder is not None:
-        out_json = out_json or str(folder / "results.json")
-        out_md = out_md or str(folder / "results.md")
-    report.write(result, json_path=out_json, markdown_path=out_md)
-    for path in (out_json, out_md):
-        if path:
-            print(f"wrote {path}", file=sys.stderr if to_stdout else sys.stdout)
-    return 0
+    with hold_out(folder):  # one run per results folder: two would overwrite each other's results
+        apply_threads(args)
+        size = "full" if args.full else args.size
+        compile_peers = args.compile if args.compile is not None else size == "full"
+        command = canonical_command(args, suites=suites, size=size, allocators=allocators, compile_peers=compile_peers)
+        result = run_bench(suites, size=size, allocators=allocators, compile_peers=compile_peers, seed=args.seed,
+                           command=command, progress=not args.quiet)
+        to_stdout = args.json == "-"
+        if to_stdout:
+            print(json.dumps(result, indent=2))
+        else:
+            print(report.render_terminal(result))
+        out_json, out_md = (None if to_stdout else args.json), args.markdown
+        if folder is not None:
+            out_json = out_json or str(folder / "results.json")
+            out_md = out_md or str(folder / "results.md")
+        report.write(result, json_path=out_json, markdown_path=out_md)
+        for path in (out_json, out_md):
+            if path:
+                print(f"wrote {path}", file=sys.stderr if to_stdout else sys.stdout)
+        return 0
 
 
 def register(sub: Any) -> None:

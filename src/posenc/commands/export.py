@@ -12,6 +12,7 @@ See ``posenc.extend.export``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,11 +32,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.cli_options import position_options, write_json
+    from posenc.cli_options import hold_out, position_options, write_json
     from posenc.extend.export import export_model
+    from posenc.validation import check_output
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
-    result = export_model(args.model, args.position, position_options(args), args.out, formats=formats)
+    check_output(args.out, "--out", kind="dir")  # before the model is read
+    with hold_out(Path(args.out)):  # one export per folder: two would mix their config.json, weights and GGUF
+        result = export_model(args.model, args.position, position_options(args), args.out, formats=formats)
     if not args.quiet:
         print(f"rope_parameters: {result['rope_parameters']}; GGUF keys: {result['gguf_rope'] or 'none (plain RoPE)'}")
         for path in result.get("hf", []) + ([result["gguf"]] if "gguf" in result else []):

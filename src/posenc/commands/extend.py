@@ -75,7 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         + ", ".join(f"{k}: {v}" for k, v in FAMILY_LAYERS.items())
                         + "; any other family: all (rotary when some layer has no RoPE)")
     p.add_argument("--shard", default=None, metavar="I/N",
-                   help="run only cells I, I+N, I+2N, … of the grid's fixed order (0 <= I < N); shards share --out")
+                   help="run only cells I, I+N, I+2N, … of the grid's fixed order (0 <= I < N); shards share --out "
+                        "one after another, or run at once with one --out each (then copy cells/ together and "
+                        "--report-only)")
     p.add_argument("--max-tokens", type=int_at_least(0, MAX_CONTEXT), default=None,
                    help="tokens in each loss pass, the longest position measured (default max-factor·L0); 0 skips "
                         "the loss part")
@@ -165,10 +167,7 @@ def _model_id(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from contextlib import nullcontext
-
-    from posenc.checkpoint import run_lock
-    from posenc.cli_options import out_dir
+    from posenc.cli_options import hold_out, out_dir
     from posenc.validation import check_output
 
     out = out_dir(args)
@@ -183,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"model {args.model!r} not found: give an HF model folder or a .gguf file")
         require_causal_lm(args.model, command="extend")
     # one run at a time per folder: a second one would write the same cells and report (train's lock, the same file)
-    with run_lock(out, what="--out folder") if out is not None else nullcontext():
+    with hold_out(out, shards="extend MODEL"):
         return _run(args, out)
 
 

@@ -65,17 +65,16 @@ def _command() -> str:
 
 # -- run ------------------------------------------------------------------------------------------------
 def run_finetune(args: argparse.Namespace) -> int:
-    from posenc.cli_options import device_of, dtype_of, json_to_stdout, out_dir, write_json
+    from posenc.cli_options import hold_out, out_dir
     from posenc.extend.methods import check_methods
-    from posenc.finetune.measure import MeasureSpec
-    from posenc.finetune.model import load_start, read_searched
-    from posenc.finetune.run import FinetuneConfig, finetune
+    from posenc.finetune.model import read_searched
     from posenc.train import init_distributed
     from posenc.validation import check_output
 
     info = init_distributed()
     apply_threads(args)
     out = out_dir(args)
+    check_output(out, "--out", kind="dir")  # before the lock makes it and the model loads
     check_output(args.json, "--json")
     if args.resume and out is None:
         raise ValueError("--resume needs --out DIR (the folder of the run to continue)")
@@ -85,6 +84,16 @@ def run_finetune(args: argparse.Namespace) -> int:
     searched = read_searched(args.longrope) if args.longrope is not None else None
     if method != "rope" and args.factor is None:
         raise ValueError(f"--method {method} needs --factor S (the extension factor)")
+    with hold_out(out if info.is_main else None):  # one run per folder (its checkpoints/ has train's own lock)
+        return _finetune(args, info, out, method, searched)
+
+
+def _finetune(args: argparse.Namespace, info: Any, out: Any, method: str, searched: Any) -> int:
+    from posenc.cli_options import device_of, dtype_of, json_to_stdout, write_json
+    from posenc.finetune.measure import MeasureSpec
+    from posenc.finetune.model import load_start
+    from posenc.finetune.run import FinetuneConfig, finetune
+
     device = info.device if info.world_size > 1 else device_of(args)
     began = time.perf_counter()
     start = load_start(args.model, dtype=dtype_of(args), device=device)
@@ -136,15 +145,23 @@ def run_finetune(args: argparse.Namespace) -> int:
 
 # -- search ---------------------------------------------------------------------------------------------
 def run_search(args: argparse.Namespace) -> int:
-    from posenc.cli_options import json_to_stdout, out_dir, write_json
-    from posenc.finetune.data import token_stream, training_document
-    from posenc.finetune.longrope import START_TOKENS, Search, SearchConfig
-    from posenc.finetune.model import load_start
+    from posenc.cli_options import hold_out, out_dir
     from posenc.validation import check_output
 
     apply_threads(args)
     out = out_dir(args)
+    check_output(out, "--out", kind="dir")  # before the lock makes it and the model loads
     check_output(args.json, "--json")
+    with hold_out(out):  # one search per folder: two would overwrite each other's search-state.json
+        return _search(args, out)
+
+
+def _search(args: argparse.Namespace, out: Any) -> int:
+    from posenc.cli_options import json_to_stdout, write_json
+    from posenc.finetune.data import token_stream, training_document
+    from posenc.finetune.longrope import START_TOKENS, Search, SearchConfig
+    from posenc.finetune.model import load_start
+
     start = load_start(args.model)
     l0 = args.original_max_len or start.original_max_len
     cfg = SearchConfig(factor=args.factor, original_max_len=l0, length=args.length, samples=args.samples,
@@ -169,13 +186,15 @@ def run_grid(args: argparse.Namespace) -> int:
     import dataclasses
     import os
 
-    from posenc.cli_options import key_values, out_dir
+    from posenc.cli_options import hold_out, key_values, out_dir
     from posenc.finetune.grid import QUICK, Replication, ReplicationConfig
+    from posenc.validation import check_output
 
     apply_threads(args)
     out = out_dir(args)
     if out is None:
         raise ValueError("finetune grid needs --out DIR (its cells are saved there as they finish)")
+    check_output(out, "--out", kind="dir")
     base = QUICK if args.quick else ReplicationConfig()
     changes = key_values(args.set, "--set")
     fields = {f.name for f in dataclasses.fields(ReplicationConfig)}
@@ -190,7 +209,10 @@ def run_grid(args: argparse.Namespace) -> int:
     log(f"grid: {len(cfg.cells())} cells; shard {args.shard[0]}/{args.shard[1]}; stages {', '.join(stages)}; "
         f"load {load[0]:.1f}")
     rep = Replication(cfg, out, progress=not args.quiet, log=log)
-    cells = rep.run(stages=stages, shard=args.shard)
+    # the whole grid holds its folder; shards share it by design (after shard 0's pretraining), each cell's
+    # checkpoints under train's own lock
+    with hold_out(out if args.shard == (0, 1) else None):
+        cells = rep.run(stages=stages, shard=args.shard)
     log(f"grid: {len(cells)} cells this call, {time.perf_counter() - began:.0f} s; load {os.getloadavg()[0]:.1f}"
         + (f"; report in {out / 'results.md'}" if "report" in stages and args.shard[1] == 1 else ""))
     return 0

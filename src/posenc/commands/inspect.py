@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from posenc.cli_options import add_json, add_out, add_seed, json_to_stdout, out_dir, write_json
+from posenc.cli_options import add_json, add_out, add_seed, hold_out, json_to_stdout, out_dir, write_json
 from posenc.validation import check_output, dumps, int_at_least, seed_arg
 
 
@@ -30,19 +30,20 @@ def run(args: argparse.Namespace) -> int:
         except ValueError:
             raise ValueError(f"--rows must look like START:STOP (e.g. 0:128), got {args.rows!r}") from None
     tokens = [t for t in args.tokens.split(",") if t] if args.tokens else None
-    result = inspect_checkpoint(args.path, position_tensor=args.position_tensor, token_tensor=args.token_tensor,
-                                head_tensor=args.head_tensor, position_offset=args.position_offset,
-                                tokens=tokens, k=args.neighbours, max_positions=args.max_positions, seed=args.seed,
-                                sample=args.sample, rows=rows)
     folder = out_dir(args)
-    page = write_report(result, folder) if folder is not None else None
-    to_stdout = json_to_stdout(args)
-    if not to_stdout:
-        print("\n".join(summary_lines(result)))
-    write_json(args, compact(result))
-    if page:
-        print(f"report      {page}", file=sys.stderr if to_stdout else sys.stdout)
-    return 0
+    with hold_out(folder):  # one run per report folder: two would mix their figures and inspect.json
+        result = inspect_checkpoint(args.path, position_tensor=args.position_tensor, token_tensor=args.token_tensor,
+                                    head_tensor=args.head_tensor, position_offset=args.position_offset,
+                                    tokens=tokens, k=args.neighbours, max_positions=args.max_positions, seed=args.seed,
+                                    sample=args.sample, rows=rows)
+        page = write_report(result, folder) if folder is not None else None
+        to_stdout = json_to_stdout(args)
+        if not to_stdout:
+            print("\n".join(summary_lines(result)))
+        write_json(args, compact(result))
+        if page:
+            print(f"report      {page}", file=sys.stderr if to_stdout else sys.stdout)
+        return 0
 
 
 def register(sub: Any) -> None:

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from posenc.cli_options import add_json, add_out, add_quiet, add_seed, json_to_stdout, out_dir, write_json
+from posenc.cli_options import add_json, add_out, add_quiet, add_seed, hold_out, json_to_stdout, out_dir, write_json
 from posenc.validation import check_output, dumps, parse_list
 
 
@@ -39,20 +39,21 @@ def run(args: argparse.Namespace) -> int:
         write_json(args, {"properties": rows})
         return 0
     only = parse_list(args.only, "--only") if args.only is not None else None
-    findings = run_lab(cfg, only=only, progress=show_progress)
-    rows = property_table(cfg) if not only else None
-    if not to_stdout:
-        print(terminal_table(findings, lang=lang))
-        if rows:
-            print()
-            print(property_text(rows, lang=lang))
-    write_json(args, to_json(findings, cfg=cfg, properties=rows), indent=None)
     folder = out_dir(args)
-    if folder is not None:
-        index = write_report(findings, folder, cfg=cfg, properties=rows, progress=show_progress, lang=lang,
-                             lang_fixed=args.lang is not None)
-        print(f"report: {index}", file=sys.stderr if to_stdout else sys.stdout)
-    return 0
+    with hold_out(folder):  # one run per report folder: two would mix their figures and results.json
+        findings = run_lab(cfg, only=only, progress=show_progress)
+        rows = property_table(cfg) if not only else None
+        if not to_stdout:
+            print(terminal_table(findings, lang=lang))
+            if rows:
+                print()
+                print(property_text(rows, lang=lang))
+        write_json(args, to_json(findings, cfg=cfg, properties=rows), indent=None)
+        if folder is not None:
+            index = write_report(findings, folder, cfg=cfg, properties=rows, progress=show_progress, lang=lang,
+                                 lang_fixed=args.lang is not None)
+            print(f"report: {index}", file=sys.stderr if to_stdout else sys.stdout)
+        return 0
 
 
 def register(sub: Any) -> None:

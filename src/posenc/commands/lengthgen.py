@@ -143,11 +143,26 @@ def grid_from_args(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from posenc.cli_options import hold_out
     from posenc.train import init_distributed
+    from posenc.validation import check_output
 
     info = init_distributed()  # under torchrun every cell trains data-parallel; rank 0 writes
     try:
-        return _run(args, is_main=info.is_main)
+        grid = grid_from_args(args)
+        out = out_dir(args)
+        if args.jobs > 1 and args.shard != (0, 1) and not args.report_only:
+            raise ValueError("--jobs splits the grid into shards itself; do not combine it with --shard")
+        if args.jobs > 1 and out is None and not args.report_only:
+            raise ValueError("--jobs N gathers its processes' cells in OUT/cells: give --out DIR, not -")
+        if out is not None and not args.report_only:
+            check_output(out, "--out", kind="dir")  # before any cell trains (and before the lock makes the folder)
+        if args.report_only and out is not None and not out.is_dir():
+            raise FileNotFoundError(f"--report-only: {out} is not a folder of cells (give the --out of a lengthgen run)")
+        # one run per folder for the whole grid: rank 0 or the --jobs parent holds it; the cells' checkpoint
+        # folders (OUT/checkpoints/<cell>) are locked by train itself, each in its own .lock
+        with hold_out(out if info.is_main else None, shards="lengthgen"):
+            return _run(args, grid, out, is_main=info.is_main)
     finally:
         if info.world_size > 1:
             import torch.distributed as dist
@@ -155,18 +170,12 @@ def run(args: argparse.Namespace) -> int:
             dist.destroy_process_group()
 
 
-def _run(args: argparse.Namespace, *, is_main: bool) -> int:
+def _run(args: argparse.Namespace, grid: Any, out: Any, *, is_main: bool) -> int:
     from posenc import lengthgen as lg
 
     threads = set_threads(args.threads)
-    out = out_dir(args)
     meta: dict[str, Any] = {"command": "posenc " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
                             "machine": lg.machine_note(threads, args.jobs)}
-    grid = grid_from_args(args)
-    if out is not None and not args.report_only:
-        from posenc.validation import check_output
-
-        check_output(out, "--out", kind="dir")  # before any cell trains
     if args.report_only:  # the report of the grid these options name, from the cells finished so far
         if out is None:
             raise ValueError("--report-only reads OUT/cells: give --out DIR, not -")
@@ -177,10 +186,6 @@ def _run(args: argparse.Namespace, *, is_main: bool) -> int:
         paths = lg.write_report(cells, out, meta)
         print(f"report of {len(cells)} of {len(grid.cells())} cells: {', '.join(str(p) for p in paths.values())}")
         return 0
-    if args.jobs > 1 and args.shard != (0, 1):
-        raise ValueError("--jobs splits the grid into shards itself; do not combine it with --shard")
-    if args.jobs > 1 and out is None:
-        raise ValueError("--jobs N gathers its processes' cells in OUT/cells: give --out DIR, not -")
     todo = grid.shard(*args.shard)
     if is_main:
         print(f"lengthgen: {len(todo)} cells — tasks {list(grid.tasks)}, positions {list(grid.schemes)}, "

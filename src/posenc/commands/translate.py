@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from posenc.cli_options import add_out, add_position, add_quiet, add_seed, add_threads, apply_threads, out_dir
+from posenc.cli_options import (add_out, add_position, add_quiet, add_seed, add_threads, apply_threads, hold_out,
+                                out_dir)
 from posenc.validation import check_output, positive_int
 
 BACKBONES = ("posenc", "torch")
@@ -111,12 +112,14 @@ def run_compare(args: argparse.Namespace) -> int:
     apply_threads(args)
     from posenc.translation.compare import comparison_runs, run_comparison
 
-    prepared = _prepare(args)
-    positions = args.position if "posenc" in args.model else []
-    runs = comparison_runs(_options(args, prepared, backbone="posenc", position="sinusoidal"), positions=positions,
-                           baseline="torch" in args.model)
     folder = out_dir(args)
-    with tempfile.TemporaryDirectory(prefix="posenc-compare-") as scratch:  # `--out -`: runs live only here
+    check_output(folder, "--out", kind="dir")  # before the lock makes it
+    # one comparison per folder (each run's checkpoints/ has train's own lock)
+    with hold_out(folder), tempfile.TemporaryDirectory(prefix="posenc-compare-") as scratch:  # `--out -`: here
+        prepared = _prepare(args)
+        positions = args.position if "posenc" in args.model else []
+        runs = comparison_runs(_options(args, prepared, backbone="posenc", position="sinusoidal"),
+                               positions=positions, baseline="torch" in args.model)
         where = folder if folder is not None else Path(scratch)
         rows = run_comparison(prepared, where, runs=runs, beam=args.beam, limit=args.limit, progress=not args.quiet)
         print((where / "results.md").read_text())

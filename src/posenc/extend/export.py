@@ -182,9 +182,9 @@ def read_source(path: str | Path) -> Source:
                       ckpt.tokenizer.to_str(), None, tok_meta)
     from safetensors import safe_open
 
-    from posenc.formats.safetensors import find_weights
+    from posenc.formats.safetensors import MAX_CONFIG_BYTES, find_weights, read_json
 
-    config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    config = read_json(path / "config.json", limit=MAX_CONFIG_BYTES)
     tensors: dict[str, Tensor] = {}
     for file in find_weights(path):
         with safe_open(str(file), framework="pt") as f:
@@ -195,7 +195,7 @@ def read_source(path: str | Path) -> Source:
     if not tok_path.is_file():
         raise FileNotFoundError(f"{path}: no tokenizer.json; export writes the model with its tokenizer")
     tok_config = path / "tokenizer_config.json"
-    tc = json.loads(tok_config.read_text(encoding="utf-8")) if tok_config.is_file() else None
+    tc = read_json(tok_config, limit=MAX_CONFIG_BYTES) if tok_config.is_file() else None
     return Source(config, tensors, tok_path.read_text(encoding="utf-8"), tc, gguf_tokenizer_from_json(
         tok_path.read_text(encoding="utf-8"), config, tc, source=str(tok_path)))
 

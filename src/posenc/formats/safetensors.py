@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +42,11 @@ DTYPE_SIZES: dict[str, int] = {
 #: File suffixes whose loaders unpickle.
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".th", ".tar")
 MAX_HEADER_BYTES = 100_000_000
-#: Largest config.json / tokenizer.json / vocab file read (real tokenizers are a few MiB).
+#: Largest tokenizer.json / vocab / shard index file read (real tokenizers are a few MiB).
 MAX_JSON_BYTES = 500_000_000
+#: Largest settings file read: config.json, tokenizer_config.json, generation_config.json (real ones are KiB; a
+#: tokenizer_config.json listing every added token a few MiB).
+MAX_CONFIG_BYTES = 64 << 20
 _CONVERT_HINT = (
     "posenc reads safetensors only and never unpickles a file (unpickling can run arbitrary code). "
     "Download the model's .safetensors weights instead, or convert this file to safetensors yourself "
@@ -206,22 +210,50 @@ def read_header(path: Path) -> dict[str, TensorEntry]:
 
 
 # -- finding the files of a checkpoint ----------------------------------------
-def _read_json(path: Path) -> Any:
-    regular_file(path, "JSON file")
-    if path.stat().st_size > MAX_JSON_BYTES:
-        raise CheckpointError(f"{path}: {path.stat().st_size} bytes is more than the {MAX_JSON_BYTES} read for a "
-                              "config or tokenizer file; the file is not what its name says — remove it")
+def read_json(path: str | os.PathLike[str], *, limit: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in file ``path``, read strictly within ``limit`` bytes; every failure names the file.
+
+    A file larger than ``limit`` is refused before it is read (its size as the file system states it) and
+    at most ``limit`` + 1 bytes are ever read (a file that grows, or one whose stated size is 0, as in /proc).
+    FIFOs and devices are refused (``regular_file``). NaN and duplicate keys are read as Python's ``json``
+    reads them (the value, the last key); the readers of each field bound its value.
+
+    Args:
+        limit: ``MAX_CONFIG_BYTES`` for a settings file (config.json, tokenizer_config.json), else
+            ``MAX_JSON_BYTES``.
+
+    Raises:
+        CheckpointError: too large, not UTF-8, not JSON, or nested too deeply.
+    """
+    path = regular_file(path, "JSON file")
+    size = path.stat().st_size
+    if size > limit:
+        raise CheckpointError(f"{path}: {size:,} bytes is more than the {limit:,} read for a {path.name}; the file "
+                              "is not what its name says — remove it")
+    with path.open("rb") as f:
+        raw = f.read(size + 1)  # (not f.read(limit + 1): that allocates the whole bound for every small file)
+        while size < len(raw) <= limit:  # it grew, or its stated size is 0 (/proc): read on, at most to the bound
+            more = f.read(min(1 << 20, limit + 1 - len(raw)))
+            if not more:
+                break
+            raw += more
+    if len(raw) > limit:
+        raise CheckpointError(f"{path}: more than the {limit:,} bytes read for a {path.name}; the file is not what "
+                              "its name says — remove it")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(raw.decode("utf-8"))
     except RecursionError:
         raise CheckpointError(f"{path}: nests too deeply to be a config or tokenizer; fix or remove the file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); use the file that came "
+                              "with the model") from None
+    except json.JSONDecodeError as err:
         raise CheckpointError(f"{path}: not valid JSON ({err}); fix or remove the file") from None
 
 
 def read_index(index: Path) -> dict[str, TensorEntry]:
     """Entries of a sharded checkpoint from its ``*.safetensors.index.json`` file."""
-    data = _read_json(index)
+    data = read_json(index)
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index}: a shard index must hold a non-empty 'weight_map' {{tensor: file}}")
@@ -269,7 +301,7 @@ def read_vocab(folder: Path) -> tuple[list[str] | None, str | None]:
         path = folder / name
         if not path.is_file():
             continue
-        data = _read_json(path)
+        data = read_json(path)
         model = data.get("model", {}) if name == "tokenizer.json" else {"vocab": data}
         vocab = model.get("vocab") if isinstance(model, dict) else None
         by_id: dict[int, str] = {}
@@ -327,7 +359,7 @@ def load_safetensors(path: str | Path) -> Checkpoint:
             entries[name] = entry
     ckpt = Checkpoint(source=str(path), entries=entries)
     if (folder / "config.json").is_file():
-        config = _read_json(folder / "config.json")
+        config = read_json(folder / "config.json", limit=MAX_CONFIG_BYTES)
         if not isinstance(config, dict):
             raise CheckpointError(f"{folder / 'config.json'}: must hold a JSON object")
         ckpt.config = config

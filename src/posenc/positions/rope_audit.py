@@ -24,7 +24,6 @@ The command ``posenc rope`` prints these (``posenc.commands.rope``).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import torch
 
 from posenc.families.hf_config import HFConfig
 from posenc.families.rope import ROPE_TYPES, rope_blocks, rope_scheme
-from posenc.positions import build
+from posenc.positions import build, lookup
 from posenc.positions.temperature import Llama4QueryScale
 
 #: Positions the precision table uses unless asked otherwise: L₀ − 1, 4·L₀ and 2¹⁷ − 1 are added per model.
@@ -54,10 +53,9 @@ def read_source(path: str | Path) -> tuple[dict[str, Any], str]:
         magic = f.read(4)
     if magic == b"GGUF":
         return gguf_config(path), "gguf"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a JSON config.json nor a GGUF file ({err})") from None
+    from posenc.formats.safetensors import MAX_CONFIG_BYTES, read_json
+
+    config = read_json(path, limit=MAX_CONFIG_BYTES)  # not JSON (nor a GGUF): refused naming the file
     if not isinstance(config, dict):
         raise ValueError(f"{path}: config.json must be a JSON object, got {type(config).__name__}")
     return config, "hf"
@@ -101,6 +99,64 @@ def gguf_config(path: Path) -> dict[str, Any]:
         config["rope_local_base_freq"] = float(get("rope.freq_base_swa"))
     config["_gguf_keys"] = {k: v for k, v in meta.items() if k.startswith(f"{arch}.rope") or k.endswith("context_length")}
     return config
+
+
+# -- is it RoPE at all? -------------------------------------------------------------------------------------------
+#: config.json keys only a model with rotary positions has (any model_type).
+ROTARY_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_pct", "rotary_emb_base",
+               "rotary_emb_fraction", "partial_rotary_factor", "rope_local_base_freq", "qk_rope_head_dim")
+
+
+def not_rotary(config: dict[str, Any]) -> str | None:
+    """How a model without rotary positions places its tokens ("learned absolute (512 rows)", "ALiBi …"), or None
+    when it has RoPE — or when nothing says it has not (then the audit runs, and a missing θ is a finding).
+
+    Asked in turn: posenc's own reader of the model type (``posenc.families``: GPT-2, OPT, BLOOM, MPT,
+    BERT, … say their scheme), the config's RoPE keys, then transformers' config class of the type.
+    """
+    if str(config.get("model_type", "")).startswith("gguf:"):
+        return None
+    if config.get("alibi") is True:  # Falcon's switch: ALiBi instead of its RoPE
+        return _described("alibi", {})
+    clean = {k: v for k, v in config.items() if not k.startswith("_")}
+    try:
+        from posenc.families import family_for
+
+        family = family_for(clean)
+        model = family.config_from_hf(HFConfig(clean, source="config.json"), "half")
+    except ValueError:  # a type posenc does not run, or a config its reader refuses: the other clues decide
+        pass
+    else:
+        plan = getattr(model, "plan", ())  # a decoder's layer plan (LlamaConfig.plan); an encoder has one scheme
+        names = {model.position, *(spec.position for spec in plan)}
+        if any(lookup(name).family == "rotary" for name in names):
+            return None
+        return _described(model.position, model.position_options)
+    kind = clean.get("position_embedding_type")
+    if any(key in clean for key in ROTARY_KEYS) or kind == "rotary":
+        return None
+    if kind == "absolute" or (kind is None and isinstance(clean.get("n_positions"), int)):
+        return _described("learned", {"max_len": clean.get("max_position_embeddings", clean.get("n_positions"))})
+    if kind in ("relative_key", "relative_key_query"):
+        return f"learned relative ({kind}, Shaw et al. / Huang et al.)"
+    if isinstance(clean.get("relative_attention_num_buckets"), int):
+        return f"T5's bucketed relative bias ({clean['relative_attention_num_buckets']} buckets)"
+    hf = hf_config(config) if config.get("model_type") not in (None, "llama") else None
+    if hf is not None and not any(getattr(hf, name, None) is not None for name in
+                                  ("rope_parameters", "rope_theta", "rotary_dim", "rotary_value")):
+        return f"not rotary (transformers' {type(hf).__name__} has no RoPE parameters)"
+    return None
+
+
+def _described(name: str, options: dict[str, Any]) -> str:
+    """A position scheme in words, for the refusal."""
+    if name == "learned":
+        offset = options.get("offset")
+        return (f"learned absolute ({options.get('max_len')} rows"
+                + (f", position p read at row p + {offset}" if offset else "") + ")")
+    words = {"alibi": "ALiBi (a linear bias on the attention logits, per head)", "none": "none (NoPE)",
+             "sinusoidal": "sinusoidal absolute (added to the tokens)", "t5": "T5's bucketed relative bias"}
+    return words.get(name, f"{name} ({lookup(name).family})")
 
 
 def head_width(config: dict[str, Any], layer_type: str | None) -> int:
@@ -259,7 +315,17 @@ def original_length(options: dict[str, Any], config: dict[str, Any]) -> int:
 
 def audit(config: dict[str, Any], *, positions: list[int] | None = None, hf_check: bool = True,
           source: str = "config.json") -> dict[str, Any]:
-    """Everything ``posenc rope`` prints, as plain data (see the module docstring)."""
+    """Everything ``posenc rope`` prints, as plain data (see the module docstring).
+
+    Raises:
+        ValueError: the model has no rotary positions (naming the scheme it has), rather than an audit of a RoPE
+            it does not use.
+    """
+    scheme = not_rotary(config)
+    if scheme is not None:
+        raise ValueError(f"{source}: this model ({config.get('model_type')}) has no rotary positions — its positions "
+                         f"are {scheme}; posenc rope audits RoPE only (`posenc inspect` measures other position "
+                         "tables)")
     findings: list[dict[str, Any]] = []
     blocks = layer_blocks(config, findings)
     counts = _layer_counts(config, blocks)

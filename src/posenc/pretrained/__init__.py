@@ -130,14 +130,14 @@ def require_causal_lm(path: str | Path, *, command: str) -> None:
         ValueError: ``path`` is a model posenc does not run as a causal LM (naming what it is and what to use).
     """
     from posenc.families import config_from_hf, family_for
-    from posenc.formats.safetensors import _read_json
+    from posenc.formats.safetensors import MAX_CONFIG_BYTES, read_json
     from posenc.models.encoder import EncoderConfig
 
     path = Path(path)
     if not path.is_dir() or not (path / "config.json").is_file():
         return
     try:
-        hf = _read_json(path / "config.json")
+        hf = read_json(path / "config.json", limit=MAX_CONFIG_BYTES)
         family = family_for(hf, source=str(path / "config.json"))
     except ValueError:  # unreadable, or no family posenc knows: the loader says which
         return

@@ -23,7 +23,6 @@ logits, are unchanged (``tests/pretrained`` checks both pairings against HF).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -35,9 +34,9 @@ from posenc.families import config_from_hf, family_named
 from posenc.formats import CheckpointError, load_checkpoint
 from posenc.families.hf_config import HFConfig
 from posenc.formats.finite import check_finite
+from posenc.formats.safetensors import MAX_CONFIG_BYTES, read_json
 from posenc.models.llama import LlamaConfig, LlamaLM, build_llama
 from posenc.positions import convert_qk_weight
-from posenc.validation import regular_file
 
 PAIRINGS = ("interleaved", "half")
 
@@ -158,14 +157,8 @@ def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     if not (folder / "config.json").exists():
         raise FileNotFoundError(f"{folder}: no config.json; a model folder needs config.json next to its "
                                 ".safetensors weights (download it from the model's repository)")
-    config_path = regular_file(folder / "config.json", "config.json")
-    try:
-        hf = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{config_path}: not valid JSON ({err})") from None
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{config_path}: not UTF-8 text ({err.reason} at byte {err.start}); "
-                         "use the config.json that came with the weights") from None
+    config_path = folder / "config.json"
+    hf = read_json(config_path, limit=MAX_CONFIG_BYTES)  # bounded: a 200 MB config.json is refused unread
     HFConfig(hf, source=str(config_path))  # a JSON object, not a list or a number
     from posenc.pretrained.stacks import is_stack_family, load_stack_folder
 

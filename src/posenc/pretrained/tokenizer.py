@@ -8,7 +8,6 @@ file supplies a ``tokenizers.Tokenizer`` built from its metadata
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,16 +88,10 @@ def _special_id(tok: HFTokenizer, value: Any) -> int | None:
 
 
 def _json_object(path: Path) -> dict[str, Any]:
-    """A JSON file that must hold an object, read with every failure named by file."""
-    from posenc.validation import regular_file
+    """A settings file (tokenizer_config.json) that must hold an object, read within ``MAX_CONFIG_BYTES``."""
+    from posenc.formats.safetensors import MAX_CONFIG_BYTES, read_json
 
-    regular_file(path, path.name)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start}); re-download it") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: not valid JSON ({err}); re-download it") from None
+    data = read_json(path, limit=MAX_CONFIG_BYTES)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: must hold a JSON object, got {type(data).__name__}; re-download it")
     return data

@@ -11,6 +11,7 @@ Run longer with ``HYPOTHESIS_PROFILE=long`` (docs/reliability.md records such a 
 from __future__ import annotations
 
 import inspect
+import contextlib
 import json
 import math
 import shutil
@@ -332,7 +333,8 @@ def model_dir(tmp_path_factory):
 def test_any_command_line_exits_0_1_or_2_with_one_line_and_no_traceback(args, model_dir, monkeypatch):
     with tempfile.TemporaryDirectory() as run:
         args = [str(model_dir) if a == "@MODEL" else str(Path(run) / "run") if a == "@RUN" else a for a in args]
-        result = posenc(*args)
+        with contextlib.chdir(run):  # a drawn value taken as an output path (`--json 16`) lands there
+            result = posenc(*args)
     note(f"{args} -> {result.code}: {result.err[-300:]}")
     event(f"exit {result.code}")
     assert result.code in (0, 1, 2)
@@ -535,7 +537,8 @@ def test_any_model_command_line_exits_0_1_or_2_naming_what_failed(args, memory_c
         text.write_text("ab c ab e " * 6)
         args = [str(gguf_path) if a == "@GGUF" else str(_base_folder()) if a == "@HF" else str(text) if a == "@TEXT"
                 else a for a in args]
-        result = posenc(*args)
+        with contextlib.chdir(tmp):  # `--json inf` writes ./inf: into the temporary folder, not the repository
+            result = posenc(*args)
     note(f"{args} -> {result.code}: {result.err[-300:]}")
     event(f"exit {result.code}")
     assert result.code in (0, 1, 2)

@@ -10,8 +10,8 @@ Run longer with ``HYPOTHESIS_PROFILE=long`` (docs/reliability.md records such a 
 
 from __future__ import annotations
 
-import inspect
 import contextlib
+import inspect
 import json
 import math
 import shutil

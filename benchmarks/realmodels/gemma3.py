@@ -69,9 +69,9 @@ def load(framework: str, folder: Path) -> Any:
     import torch
 
     if framework == "posenc":
-        from posenc.pretrained import load_pretrained
+        from posenc.pretrained.hf import load_hf_folder
 
-        return load_pretrained(folder).model
+        return load_hf_folder(folder)[0]  # the model only: HF's from_pretrained reads no tokenizer either
     from transformers import Gemma3ForCausalLM
 
     return Gemma3ForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa").eval()

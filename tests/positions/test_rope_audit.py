@@ -162,10 +162,13 @@ def test_smollm2_gguf():
     ("bloom", "ALiBi"),
     ("t5", "T5's bucketed relative bias (32 buckets)"),
     ("roberta", "not rotary (transformers' RobertaConfig has no RoPE parameters)"),
+    ("marian", "sinusoidal absolute (added to the tokens)"),
+    ("whisper", "encoder: sinusoidal absolute (added to the tokens); decoder: learned absolute (24 rows)"),
 ])
 def test_a_model_without_rotary_positions_is_refused_naming_its_scheme(tmp_path, capsys, kind, says):
     """No made-up audit (θ = 10000 assumed, a missing-rope_theta error): exit 2, one line naming what it has."""
-    from transformers import BertConfig, BloomConfig, GPT2Config, OPTConfig, RobertaConfig, T5Config
+    from transformers import (BertConfig, BloomConfig, GPT2Config, MarianConfig, OPTConfig, RobertaConfig, T5Config,
+                              WhisperConfig)
 
     small = dict(hidden_size=32, num_attention_heads=2, num_hidden_layers=1, vocab_size=50)
     config = {"bert": lambda: BertConfig(**small, intermediate_size=64, max_position_embeddings=64),
@@ -173,7 +176,16 @@ def test_a_model_without_rotary_positions_is_refused_naming_its_scheme(tmp_path,
               "opt": lambda: OPTConfig(**small, ffn_dim=64, word_embed_proj_dim=32, max_position_embeddings=32),
               "bloom": lambda: BloomConfig(hidden_size=32, n_head=2, n_layer=1, vocab_size=50),
               "t5": lambda: T5Config(d_model=32, num_heads=2, num_layers=1, vocab_size=50),
-              "roberta": lambda: RobertaConfig(**small, intermediate_size=64)}[kind]()
+              "roberta": lambda: RobertaConfig(**small, intermediate_size=64),
+              "marian": lambda: MarianConfig(d_model=32, encoder_layers=1, decoder_layers=1, vocab_size=50,
+                                             encoder_attention_heads=2, decoder_attention_heads=2,
+                                             encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=32,
+                                             pad_token_id=1, decoder_start_token_id=1),
+              "whisper": lambda: WhisperConfig(d_model=32, encoder_layers=1, decoder_layers=1, vocab_size=50,
+                                               encoder_attention_heads=2, decoder_attention_heads=2,
+                                               encoder_ffn_dim=64, decoder_ffn_dim=64, num_mel_bins=8,
+                                               max_source_positions=16, max_target_positions=24, pad_token_id=1,
+                                               bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)}[kind]()
     config.save_pretrained(tmp_path)
     for extra in ([], ["--json", "-"]):
         assert main(["rope", str(tmp_path), *extra]) == 2

@@ -15,25 +15,39 @@ from torch import Tensor
 from posenc.formats.safetensors import CheckpointError
 
 
+#: elements checked at a time: a check's temporaries stay a few MiB, not the size of a 262k-row embedding
+CHUNK = 1 << 22
+
+
 def check_finite(name: str, tensor: Tensor, *, source: str, dtype: torch.dtype | None = None) -> None:
     """Raise ``CheckpointError`` if ``tensor`` (or ``tensor`` cast to ``dtype``) holds a non-finite value.
+
+    The tensor is read in chunks of :data:`CHUNK` elements, so the check allocates no copy of it
+    (``isfinite`` and ``abs`` of a whole 640 MiB table would).
 
     Args:
         name: the tensor's name in the checkpoint, for the message.
         source: the file or folder, for the message.
         dtype: the dtype the model will hold it in; float16 overflows to inf above 65,504.
     """
-    if not tensor.is_floating_point():
+    if not tensor.is_floating_point() or tensor.numel() == 0:
         return
-    finite = torch.isfinite(tensor)
-    if not bool(finite.all()):
-        bad = int(finite.numel() - finite.sum())
-        first = int((~finite).flatten().nonzero()[0])
+    flat = tensor.reshape(-1)
+    if not all(bool(torch.isfinite(flat[i:i + CHUNK]).all()) for i in range(0, flat.numel(), CHUNK)):
+        bad, first = 0, None
+        for i in range(0, flat.numel(), CHUNK):
+            wrong = ~torch.isfinite(flat[i:i + CHUNK])
+            bad += int(wrong.sum())
+            if first is None and bool(wrong.any()):
+                first = i + int(wrong.nonzero()[0])
         raise CheckpointError(f"{source}: tensor {name!r} holds {bad:,} non-finite value(s) (NaN or ±inf) among "
                               f"{tensor.numel():,}, the first at flat index {first:,}; the checkpoint is corrupt — "
                               "download it again")
     if dtype is not None and dtype != tensor.dtype and dtype.is_floating_point:
-        largest = float(tensor.abs().max()) if tensor.numel() else 0.0
+        largest = 0.0
+        for i in range(0, flat.numel(), CHUNK):
+            low, high = torch.aminmax(flat[i:i + CHUNK])
+            largest = max(largest, -float(low), float(high))
         if largest > torch.finfo(dtype).max:
             raise CheckpointError(f"{source}: tensor {name!r} holds a value of magnitude {largest:.4g}, beyond "
                                   f"{dtype}'s largest ({torch.finfo(dtype).max:.4g}): it would load as inf; "

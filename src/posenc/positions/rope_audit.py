@@ -127,11 +127,19 @@ def not_rotary(config: dict[str, Any]) -> str | None:
     except ValueError:  # a type posenc does not run, or a config its reader refuses: the other clues decide
         pass
     else:
+        if hasattr(model, "encoder_position"):  # an encoder–decoder (Seq2SeqConfig): one scheme per stack
+            stacks = {"encoder": (model.encoder_position, model.encoder_position_options),
+                      "decoder": (model.decoder_position, model.decoder_position_options)}
+        else:
+            stacks = {"": (model.position, model.position_options)}
         plan = getattr(model, "plan", ())  # a decoder's layer plan (LlamaConfig.plan); an encoder has one scheme
-        names = {model.position, *(spec.position for spec in plan)}
+        names = {name for name, _ in stacks.values()} | {spec.position for spec in plan}
         if any(lookup(name).family == "rotary" for name in names):
             return None
-        return _described(model.position, model.position_options)
+        said = {stack: _described(*scheme) for stack, scheme in stacks.items()}
+        if len(set(said.values())) == 1:
+            return next(iter(said.values()))
+        return "; ".join(f"{stack}: {words}" for stack, words in said.items())
     kind = clean.get("position_embedding_type")
     if any(key in clean for key in ROTARY_KEYS) or kind == "rotary":
         return None
@@ -154,6 +162,8 @@ def _described(name: str, options: dict[str, Any]) -> str:
         offset = options.get("offset")
         return (f"learned absolute ({options.get('max_len')} rows"
                 + (f", position p read at row p + {offset}" if offset else "") + ")")
+    if name == "t5" and "num_buckets" in options:
+        return f"T5's bucketed relative bias ({options['num_buckets']} buckets)"
     words = {"alibi": "ALiBi (a linear bias on the attention logits, per head)", "none": "none (NoPE)",
              "sinusoidal": "sinusoidal absolute (added to the tokens)", "t5": "T5's bucketed relative bias"}
     return words.get(name, f"{name} ({lookup(name).family})")

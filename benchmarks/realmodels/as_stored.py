@@ -82,7 +82,7 @@ def hf_folder(work: Path) -> Path:
 def llamacpp_missing() -> str | None:
     extra = os.environ.get("POSENC_LLAMACPP_PATH")
     if extra and extra not in sys.path:
-        sys.path.insert(0, extra)
+        sys.path.append(extra)  # after the environment's own packages: its numpy etc. must not shadow theirs
     try:
         import llama_cpp  # noqa: F401
     except ImportError as err:
@@ -402,7 +402,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("benchmarks/realmodels/as-stored"))
     p.add_argument("--work", type=Path, default=Path("/tmp/posenc-realmodels"))
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="0: no speed rounds (e.g. --accuracy alone)")
     p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
     p.add_argument("--score-tokens", type=int, default=8192, help="scoring pass length (0: none)")
     p.add_argument("--long-tokens", type=int, default=8192, help="bf16-vs-f32 pass length for --accuracy")
@@ -447,7 +447,7 @@ def main() -> None:
         for t in args.threads for f in frameworks]
     scoring = set(args.threads if args.score_threads is None else args.score_threads)
     result["speed"] = [speed(frameworks, t, args.rounds, args.work, args.score_tokens if t in scoring else 0)
-                       for t in args.threads]
+                       for t in args.threads] if args.rounds else []
     if args.accuracy:
         result["accuracy"] = accuracy(min(args.threads), args.long_tokens)
     result["machine_at_end"], result["wall_s"] = machine(), round(time.time() - began)

@@ -46,7 +46,9 @@ def peak_mib() -> float:
             return int(line.split()[1]) / 1024
     return float("nan")
 
-FRAMEWORKS = ("posenc", "posenc-f32", "hf", "llama.cpp", "llama.cpp-fa")
+FRAMEWORKS = ("posenc", "posenc-f32", "hf", "llama.cpp", "llama.cpp-fa", "posenc-compiled")
+#: Frameworks the default run times (posenc-compiled is opt-in: its compile takes minutes on 2 cores).
+DEFAULT_FRAMEWORKS = FRAMEWORKS[:-1]
 TEXT = Path("/usr/share/common-licenses/GPL-3")
 #: Bytes of float32 logits one scoring step holds at most (the NLL is summed chunk by chunk: Gemma 3's
 #: 262,144-entry vocabulary would need 8.6 GB for 8,192 positions' logits at once).
@@ -108,6 +110,10 @@ class Model:
             from posenc.pretrained import load_pretrained
 
             self.model = load_pretrained(path, weights="dequantised" if framework == "posenc-f32" else None).model
+            if framework == "posenc-compiled":  # the decoding step under torch.compile: decode only
+                m = self.model
+                self._compiled = torch.compile(lambda t, cache: m.logits(m.hidden(t, cache=cache)[:, -1]),
+                                               dynamic=True)
         elif framework == "hf":
             from transformers import AutoModelForCausalLM
 
@@ -123,6 +129,11 @@ class Model:
                                          flash_attn=framework == "llama.cpp-fa")
             self.n_vocab = self.model.n_vocab()
         self.load_s = time.perf_counter() - begin
+        self.compile_s = None
+        if framework == "posenc-compiled":
+            begin = time.perf_counter()
+            self.decode(list(range(100, 228)), 4)  # compiles the one decoding graph (a dynamic cache length)
+            self.compile_s = time.perf_counter() - begin
 
     def vocab_size(self) -> int:
         return self.n_vocab if self.llama else self.model.config.vocab_size
@@ -152,6 +163,10 @@ class Model:
         import torch
 
         t = torch.tensor([ids])
+        if self.framework == "posenc-compiled" and len(ids) == 1:
+            for layer in cache:  # one graph for every cache length (as LlamaLM.generate does)
+                layer.mark_dynamic()
+            return self._compiled(t, cache)
         if self.framework.startswith("posenc"):
             return self.model.logits(self.model.hidden(t, cache=cache)[:, -1])
         return self.model(t, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
@@ -271,11 +286,14 @@ def speed(frameworks: list[str], threads: int, rounds: int, work: Path, score_to
     for r in range(rounds):
         for f, m in models.items():  # interleaved: every framework once per round
             got = rows[f]
-            got.setdefault("prefill_128", []).append(128 / m.prefill(ids[:128]))
-            got.setdefault("prefill_2048", []).append(2048 / m.prefill(ids[:2048]))
+            if f != "posenc-compiled":  # its prefill is posenc's (eager): decode only
+                got.setdefault("prefill_128", []).append(128 / m.prefill(ids[:128]))
+                got.setdefault("prefill_2048", []).append(2048 / m.prefill(ids[:2048]))
             took, tokens[f] = m.decode(ids[:128], 64)
             got.setdefault("decode_64", []).append(64 / took)
-            if score_tokens and r == 0:
+            if m.compile_s is not None and r == 0:
+                got["compile_s"] = [m.compile_s]
+            if score_tokens and r == 0 and f != "posenc-compiled":
                 took, nll = m.score(ids[:score_tokens])
                 got["score_s"], got["score_nll"] = [took], [nll]
             print(f"threads {threads} round {r} {f}: " + ", ".join(f"{k} {v[-1]:.3g}" for k, v in got.items()),
@@ -352,7 +370,8 @@ def render(result: dict[str, Any]) -> str:
     for name, why in result["skipped"].items():
         lines += [f"Skipped {name}: {why}", ""]
     labels = {"prefill_128": "prefill 128, tok/s", "prefill_2048": "prefill 2,048, tok/s",
-              "decode_64": "decode 64 after 128, tok/s", "score_s": "scoring pass, s", "score_nll": "scoring NLL"}
+              "decode_64": "decode 64 after 128, tok/s", "score_s": "scoring pass, s", "score_nll": "scoring NLL",
+              "compile_s": "compile + 4 tokens, s"}
     mine = "posenc" if "posenc" in fw else "posenc-f32"
     for sp in result["speed"]:
         med = sp["medians"]
@@ -361,12 +380,12 @@ def render(result: dict[str, Any]) -> str:
                   "| figure | " + " | ".join(fw) + f" | {mine} ÷ llama.cpp | {mine} ÷ llama.cpp-fa | {mine} ÷ hf |",
                   "|---|" + "---:|" * (len(fw) + 3)]
         for key, label in labels.items():
-            if key not in med[fw[0]]:
+            if not any(key in med[f] for f in fw):
                 continue
-            row = [f"{med[f][key]:.4g}" for f in fw]
+            row = [f"{med[f][key]:.4g}" if key in med[f] else "—" for f in fw]
             ratios = []
             for other in ("llama.cpp", "llama.cpp-fa", "hf"):
-                if other not in med or key == "score_nll":
+                if other not in med or key in ("score_nll", "compile_s") or key not in med[mine]:
                     ratios.append("")
                 elif key == "score_s":  # time: > 1 means posenc is faster
                     ratios.append(f"{med[other][key] / med[mine][key]:.2f}× faster")
@@ -403,7 +422,7 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/posenc-realmodels"))
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--rounds", type=int, default=3, help="0: no speed rounds (e.g. --accuracy alone)")
-    p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(DEFAULT_FRAMEWORKS))
     p.add_argument("--score-tokens", type=int, default=8192, help="scoring pass length (0: none)")
     p.add_argument("--long-tokens", type=int, default=8192, help="bf16-vs-f32 pass length for --accuracy")
     p.add_argument("--accuracy", action="store_true")
@@ -440,11 +459,11 @@ def main() -> None:
     result: dict[str, Any] = {"command": " ".join(sys.argv), "model": args.model, "gguf": str(model_gguf(args.work)),
                               "machine_at_start": machine(), "skipped": skipped, "frameworks": frameworks,
                               "llama_cpp_version": llamacpp_version()}
-    result["load"] = [] if args.no_load else [
+    result["load"] = [] if args.no_load else [  # posenc-compiled loads as posenc does: not repeated
         json.loads(subprocess.run([sys.executable, __file__, "--work", str(args.work), "--model", args.model,
                                    "--load-worker", f, str(t)],
                                   capture_output=True, text=True, check=True, env=os.environ).stdout.splitlines()[-1])
-        for t in args.threads for f in frameworks]
+        for t in args.threads for f in frameworks if f != "posenc-compiled"]
     scoring = set(args.threads if args.score_threads is None else args.score_threads)
     result["speed"] = [speed(frameworks, t, args.rounds, args.work, args.score_tokens if t in scoring else 0)
                        for t in args.threads] if args.rounds else []

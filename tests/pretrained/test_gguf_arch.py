@@ -193,3 +193,14 @@ def test_sliding_cache_frees_what_its_window_dropped(tok, seed) -> None:
         cache.append(torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8), torch.tensor([4096 + step]))
         cache.keep_from(4096 + step + 1 - 511)
         assert cache.k.untyped_storage().nbytes() <= 2 * 512 * 8 * 4
+
+
+def test_as_stored_is_llama_arch_only(tmp_path: Path, tok) -> None:
+    """A Gemma 3 file loads dequantised by default (its architecture read from posenc's own header walk), and
+    asking for as-stored on it is refused by name."""
+    hf = tiny_hf("gemma3", tok.get_vocab_size())
+    path = write_gguf(tmp_path / "g.gguf", hf, tokenizer_fields(tok), arch="gemma3", qtype="Q8_0")
+    assert load_pretrained(path).weights == "dequantised"
+    with pytest.raises(ValueError, match=r"as-stored is checked for GGUF architectures \['llama'\] only, "
+                                         r"not 'gemma3'"):
+        load_pretrained(path, weights="as-stored")

@@ -183,6 +183,29 @@ def test_int8_int4_opt_in(tmp_path: Path, tok, weights: str, seed: int) -> None:
     assert 0 < err < (0.05 if weights == "int8" else 0.5)
 
 
+def test_as_stored_load_builds_no_gguf_reader(tmp_path: Path, tok, monkeypatch, seed: int) -> None:
+    """The as-stored load reads everything, the architecture included, from posenc's own memory-mapped view
+    (``open_mapped``): ``gguf.GGUFReader`` (seconds for a real file's metadata) is never built, and the model
+    and its logits are those of a load that did build it."""
+    import posenc.formats.gguf as formats_gguf
+    import posenc.pretrained as pretrained
+
+    hf = tiny_llama(tok.get_vocab_size())
+    path = write_gguf(tmp_path / "m.gguf", hf, tokenizer_fields(tok))
+    ids = torch.tensor([tok.encode("rotary position embeddings rotate queries and keys").ids])
+    before = load_pretrained(path)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("gguf.GGUFReader built on the as-stored load")
+
+    monkeypatch.setattr(formats_gguf, "open_gguf", refuse)
+    monkeypatch.setattr(formats_gguf, "_reader_class", refuse)
+    after = pretrained.load_pretrained(path)
+    assert after.weights == "as-stored" and after.stored == before.stored
+    with torch.no_grad():
+        assert torch.equal(after.model(ids), before.model(ids))
+
+
 def test_smollm2_as_stored_says_paris() -> None:
     """The real SmolLM2 Q4_1 file run as stored: same greedy answer as HF, logits near the dequantised model's."""
     from gguf_helpers import smollm2_path

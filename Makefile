@@ -35,8 +35,11 @@ install: $(STAMP)
 lab: $(STAMP)
 	$(BIN)/posenc lab $(LAB_ARGS)
 
+# one torch thread per test process unless OMP_NUM_THREADS says otherwise: the tests' models are tiny, and
+# on a 2-core machine a second thread's barrier costs more than it computes (the multi-process tests
+# start their workers with one thread each as well)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/posenc bench

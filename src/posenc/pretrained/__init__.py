@@ -1,4 +1,4 @@
-"""Pretrained Llama-family checkpoints run by posenc's own modules.
+"""Pretrained checkpoints (decoder LMs, BERT encoders, encoder–decoders) run by posenc's own modules.
 
     from posenc.pretrained import load_pretrained
     pm = load_pretrained("path/to/SmolLM2-135M")          # HF folder, or a .gguf file
@@ -24,7 +24,10 @@ from typing import Any
 
 import torch
 
+from posenc.models.encoder import Encoder, EncoderConfig
+from posenc.models.encoder_decoder import EncoderDecoder
 from posenc.models.llama import LlamaConfig, LlamaLM
+from posenc.models.seq2seq import Seq2SeqConfig
 from posenc.pretrained.tokenizer import Tokenizer
 
 #: GGUF architectures whose as-stored (quantised) path is verified against HF; others load dequantised.
@@ -36,8 +39,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class Pretrained:
     """A loaded checkpoint: the model, its config, its tokenizer (None if the checkpoint has none)."""
 
-    model: LlamaLM
-    config: LlamaConfig
+    model: LlamaLM | Encoder | EncoderDecoder
+    config: LlamaConfig | EncoderConfig | Seq2SeqConfig
     tokenizer: Tokenizer | None
     source: str
     hf_config: dict[str, Any] = field(default_factory=dict)

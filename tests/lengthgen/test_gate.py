@@ -92,3 +92,25 @@ def test_gate_stops_training_once_learned_and_reports_a_budget_that_ran_out():
     cell = train_cell("copy", "rope", seed=0, config=starved)
     assert not cell["learned"] and cell["gate"]["passed_at"] is None and cell["steps"] == 3
     assert cell["gate"]["curve"][-1][0] == 3  # the budget's end is gated too
+
+
+def test_each_published_claim_is_read_against_its_own_baselines(seed):
+    """FoPE far ahead of RoPE and ALiBi → its claim holds; PoPE far behind RoPE → contradicted; CoPE not run →
+    its claim is absent; the verdict per task is in the markdown's claims table."""
+    from posenc.lengthgen.report import claims_table
+
+    rng = np.random.default_rng(seed)
+    accuracy = {"fope": 0.9, "rope": 0.4, "alibi": 0.3, "pope": 0.05}
+    cells = [fake_cell(s, k, learned=True, inside=1.0, beyond=p, rng=rng, per_length=60)
+             for s, p in accuracy.items() for k in range(3)]
+    t = summarise(cells, replicates=300)["copy"]
+    claims = {c["source"].split(", ")[-1]: c for c in t["claims"]}
+    assert set(claims) == {"FoPE", "PoPE"}  # CoPE's and Kazemnejad's leaders were not run
+    assert claims["FoPE"]["verdict"] == "holds"
+    assert {(r["leader"], r["laggard"]) for r in claims["FoPE"]["pairs"]} == {("fope", "rope"), ("fope", "alibi")}
+    assert all(r["diff"] > 0 and r["ci"][0] > 0 for r in claims["FoPE"]["pairs"])
+    assert claims["PoPE"]["verdict"] == "contradicted" and claims["PoPE"]["pairs"][0]["ci"][1] < 0
+    assert t["paper"]["verdict"] == "not testable"  # the original paper's reading is kept, with no pair to test
+    table = "\n".join(claims_table({"copy": t}))
+    assert "| Hua et al. (2024), FoPE: fope ahead of rope, alibi | holds |" in table
+    assert "| Gopalakrishnan et al. (2025), PoPE: pope ahead of rope | contradicted |" in table

@@ -12,7 +12,7 @@ from typing import Any
 
 from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
-from posenc.lengthgen.summary import PAPER_LAGGARDS, PAPER_LEADERS, summarise
+from posenc.lengthgen.summary import summarise
 from posenc.tasks import build_task
 
 
@@ -87,15 +87,17 @@ def task_section(task: str, t: dict[str, Any]) -> list[str]:
     ties = [k.replace(" > ", " = ") for k, v in t["pairs"].items() if not v["significant"]]
     out += ["", f"Significantly different (95 % paired-bootstrap interval of the difference excludes 0): "
             f"{'; '.join(sig) or 'none'}.  ", f"Tied: {'; '.join(ties) or 'none'}.", ""]
-    out += paper_lines(t["paper"]) + [""]
+    for reading in t.get("claims", [t["paper"]]):
+        out += paper_lines(reading) + [""]
     return out
 
 
 def paper_lines(paper: dict[str, Any]) -> list[str]:
-    lines = [f"**Against Kazemnejad et al. (2023)** ({', '.join(PAPER_LEADERS)} ahead of "
-             f"{', '.join(PAPER_LAGGARDS)} beyond the training lengths): **{paper['verdict']}**"
-             + (" (" + "; ".join(f"{k}: {v}" for k, v in paper["by_leader"].items()) + ")" if paper["by_leader"] else "")
-             + "."]
+    lines = [f"**Against {paper['source']}** ({', '.join(paper['leaders'])} ahead of "
+             f"{', '.join(paper['laggards'])} beyond the training lengths; the paper: {paper['statement']}): "
+             f"**{paper['verdict']}**"
+             + (" (" + "; ".join(f"{k}: {v}" for k, v in paper["by_leader"].items()) + ")"
+                if len(paper["by_leader"]) > 1 else "") + "."]
     for r in paper["pairs"]:
         if r["reading"] == "not testable":
             lines.append(f"- {r['leader']} vs {r['laggard']}: not testable ({r['why']})")
@@ -131,6 +133,25 @@ def config_table(configs: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def claims_table(summary: dict[str, Any]) -> list[str]:
+    """One row per published claim, one column per task: its verdict there (— where its schemes were not run)."""
+    sources = [c["source"] for t in summary.values() for c in t.get("claims", [])]
+    sources = list(dict.fromkeys(sources))
+    if not sources:
+        return []
+    lines = ["The published claims, read task by task (each task's section gives the pairs with their intervals):", "",
+             "| claim | " + " | ".join(summary) + " |", "| --- |" + " --- |" * len(summary)]
+    for src in sources:
+        cells = []
+        for t in summary.values():
+            found = [c for c in t.get("claims", []) if c["source"] == src]
+            cells.append(found[0]["verdict"] if found else "—")
+        claim = next(c for t in summary.values() for c in t.get("claims", []) if c["source"] == src)
+        lines.append(f"| {src}: {', '.join(claim['leaders'])} ahead of {', '.join(claim['laggards'])} | "
+                     + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     cfg = meta.get("config", {})
     lines = ["# Length generalisation by position scheme", "",
@@ -143,7 +164,7 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
              "", *config_table(cfg), "",
              "Only cells that passed the convergence gate are compared; a scheme whose seeds all failed "
              "it is listed as not learned and excluded (never averaged in as zeros).", "",
-             *headline(summary), ""]
+             *headline(summary), "", *claims_table(summary)]
     for task, t in summary.items():
         lines += task_section(task, t)
     return "\n".join(lines)

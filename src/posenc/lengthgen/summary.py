@@ -12,16 +12,51 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from posenc.lengthgen import stats
 
+@dataclass(frozen=True)
+class Claim:
+    """A published length-generalisation claim, read as: every leader is ahead of every laggard beyond the
+    training lengths (exact match, paired bootstrap over the learned seeds and the shared test examples).
+
+    Args:
+        source: who claims it, e.g. "Kazemnejad et al. (2023)".
+        statement: what the paper measured, in a few words (its tasks are not necessarily these).
+        leaders, laggards: scheme names of this benchmark.
+    """
+
+    source: str
+    statement: str
+    leaders: tuple[str, ...]
+    laggards: tuple[str, ...]
+
+
 #: Kazemnejad et al. (2023), Fig. 2/3: beyond the training length NoPE and T5's bias come out ahead
 #: of ALiBi, RoPE and absolute (sinusoidal) positions. "learned" is the absolute table they left out.
-PAPER_LEADERS = ("none", "t5")
-PAPER_LAGGARDS = ("alibi", "rope", "sinusoidal", "learned")
+KAZEMNEJAD = Claim("Kazemnejad et al. (2023)", "decoder-only models on copy, reverse, sort, addition, SCAN and "
+                   "more: NoPE and T5's bias generalise beyond the training length best",
+                   ("none", "t5"), ("alibi", "rope", "sinusoidal", "learned"))
+#: The later schemes' own claims, each against the baselines its paper names.
+CLAIMS = (
+    KAZEMNEJAD,
+    # Golovneva et al. (2024), "Contextual Position Encoding": CoPE solves selective copy, counting and
+    # Flip-Flop, in and out of distribution, where absolute positions and RoPE fail
+    Claim("Golovneva et al. (2024), CoPE", "selective copy, counting, Flip-Flop (out of distribution): CoPE "
+          "ahead of absolute positions and RoPE", ("cope",), ("rope", "learned", "sinusoidal")),
+    # Hua et al. (2024), "Fourier Position Embedding": more stable perplexity and needle accuracy than RoPE
+    # and ALiBi beyond the training window
+    Claim("Hua et al. (2024), FoPE", "language modelling and passkey beyond the training window: FoPE ahead of "
+          "RoPE and ALiBi", ("fope",), ("rope", "alibi")),
+    # Gopalakrishnan et al. (2025), "Decoupling the What and Where": PoPE extrapolates zero-shot where RoPE
+    # degrades
+    Claim("Gopalakrishnan et al. (2025), PoPE", "music, genome and language modelling at test lengths beyond "
+          "training: PoPE ahead of RoPE", ("pope",), ("rope",)),
+)
 
 
 def _verdicts(hits: str) -> np.ndarray:
@@ -87,19 +122,22 @@ def summarise_task(cells: Sequence[dict[str, Any]], *, replicates: int = 2000, s
     return {"task": first["task"], "train_lengths": [lo, hi], "test_max": first["test_max"],
             "length_unit": first["length_unit"], "lengths": lengths, "schemes": schemes, "order": order,
             "pairs": {f"{a} > {b}": v for (a, b), v in pairs.items() if v["diff"] > 0 or (v["diff"] == 0 and a < b)},
-            "paper": paper_reading(schemes, pairs)}
+            "paper": paper_reading(schemes, pairs),
+            "claims": [paper_reading(schemes, pairs, claim) for claim in CLAIMS
+                       if any(a in schemes for a in claim.leaders) and any(b in schemes for b in claim.laggards)]}
 
 
-def paper_reading(schemes: dict[str, Any], pairs: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
-    """Each (leader, laggard) pair of the published claim: ahead / tied / behind, or not testable.
+def paper_reading(schemes: dict[str, Any], pairs: dict[tuple[str, str], dict[str, Any]],
+                  claim: Claim = KAZEMNEJAD) -> dict[str, Any]:
+    """Each (leader, laggard) pair of a published claim: ahead / tied / behind, or not testable.
 
     The claim *holds* if every testable leader is significantly ahead of every testable laggard;
     it is *contradicted* if some leader is significantly behind a laggard; otherwise the data
     are *consistent but do not separate* the schemes (ties).
     """
     rows = []
-    for a in PAPER_LEADERS:
-        for b in PAPER_LAGGARDS:
+    for a in claim.leaders:
+        for b in claim.laggards:
             if a not in schemes or b not in schemes:
                 continue
             if (a, b) not in pairs:
@@ -111,8 +149,8 @@ def paper_reading(schemes: dict[str, Any], pairs: dict[tuple[str, str], dict[str
             reading = "tied" if not p["significant"] else ("ahead" if p["diff"] > 0 else "behind")
             rows.append({"leader": a, "laggard": b, "reading": reading, "diff": p["diff"],
                          "ci": (p["low"], p["high"])})
-    by_leader = {a: _verdict([r for r in rows if r["leader"] == a]) for a in PAPER_LEADERS if a in schemes}
-    return {"verdict": _verdict(rows), "by_leader": by_leader, "pairs": rows}
+    by_leader = {a: _verdict([r for r in rows if r["leader"] == a]) for a in claim.leaders if a in schemes}
+    return {**asdict(claim), "verdict": _verdict(rows), "by_leader": by_leader, "pairs": rows}
 
 
 def _verdict(rows: list[dict[str, Any]]) -> str:

@@ -37,7 +37,7 @@ Tk key length, D model width, Dh head width (D / H unless given).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -47,12 +47,27 @@ from posenc.plan import FULL, QueryScale, Window
 from posenc.positions.base import NoPosition, PositionScheme, check_positions, default_positions
 
 
+#: Spare room a growing cache allocates past what it holds: at least this many tokens, or 1/GROWTH of it.
+GROWTH_TOKENS, GROWTH = 64, 4
+
+
 @dataclass
 class KVCache:
     """Keys (already rotated), values and the positions they were computed at, for one attention.
 
     ``static`` caches (cross-attention) are filled once from the encoder
     output and reused at every step.
+
+    Growing: after the first fill (held as given, no spare memory), a decoding
+    step writes its keys into spare room of a larger buffer instead of
+    concatenating — a ``torch.cat`` copies every held key at every step, which
+    after a 16k prompt is ~25 MB per layer per token. The buffer holds what is
+    held plus max(GROWTH_TOKENS, held / GROWTH) tokens of room; when the room is
+    used up the held keys move to a new buffer (so copies are amortised to a few
+    per token, and a windowed layer's buffer stays O(W)). ``k``, ``v`` and
+    ``positions`` are views of the held part; views handed out earlier keep
+    their values (writes go past their end). Under ``torch.compile``, while
+    gradients are recorded, and after ``reorder`` the cache concatenates as before.
     """
 
     k: Tensor | None = None  # (B, Hkv, Tk, Dh)
@@ -61,6 +76,8 @@ class KVCache:
     static: bool = False
     #: tokens seen but no longer held (a windowed layer drops the keys its window can no longer reach)
     dropped: int = 0
+    #: (buffers for k, v, positions; index of the first held token in them), or None: not growing in place
+    _room: tuple[tuple[Tensor, Tensor, Tensor], int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def length(self) -> int:
@@ -82,12 +99,15 @@ class KVCache:
         self.k, self.v = self.k[..., drop:, :], self.v[..., drop:, :]
         self.positions = self.positions[..., drop:]
         self.dropped += drop
+        if self._room is not None:
+            self._room = (self._room[0], self._room[1] + drop)
         # a slice keeps its whole storage alive: after a long prefill that would be every key the window
         # dropped (Gemma 3 270M at 32k: ~1 GiB over 15 sliding layers). Copy once the held keys fill less
         # than half of it, so the cache holds at most 2 W keys' worth and decoding copies once per ~W steps.
         if (not torch.compiler.is_compiling()
                 and self.k.untyped_storage().nbytes() > 2 * self.k.numel() * self.k.element_size()):
             self.k, self.v, self.positions = self.k.clone(), self.v.clone(), self.positions.clone()
+            self._room = None
 
     def mark_dynamic(self) -> None:
         """Tell ``torch.compile`` that the key length will grow: one graph serves every length.
@@ -97,10 +117,15 @@ class KVCache:
         and recompiles once or twice before it makes the length dynamic by
         itself; with it the first decoding step compiles the only decoding
         graph. A static cache (cross-attention) does not grow and is left alone.
+        A cache grown in place (eager steps) is made contiguous first, the layout
+        the compiled step's own concatenation produces.
         """
         if self.static or self.k is None:
             return
         assert self.v is not None and self.positions is not None
+        if self._room is not None:
+            self.k, self.v, self.positions = self.k.contiguous(), self.v.contiguous(), self.positions.contiguous()
+            self._room = None
         for t in (self.k, self.v, self.positions):
             torch._dynamo.maybe_mark_dynamic(t, t.dim() - (2 if t is not self.positions else 1))
 
@@ -112,6 +137,7 @@ class KVCache:
         self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
         if self.positions.dim() == 2:
             self.positions = self.positions.index_select(0, index)
+        self._room = None
 
     def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Add new keys/values at ``positions``; return all keys, values and positions so far."""
@@ -119,14 +145,37 @@ class KVCache:
             # fresh and contiguous, like every later torch.cat result: a compiled decoding step then sees one
             # layout, and no two layers' caches share a positions tensor (the compiler guards on aliasing)
             self.k, self.v, self.positions = k.contiguous(), v.contiguous(), positions.clone()
-        else:
-            assert self.v is not None and self.positions is not None
+            return self.k, self.v, self.positions
+        assert self.v is not None and self.positions is not None
+        old, new = self.positions, positions
+        if old.dim() != new.dim():  # mix of shared (T,) and per-sequence (B, T) positions
+            old, new = old.expand(k.shape[0], -1), new.expand(k.shape[0], -1)
+        in_place = (not torch.compiler.is_compiling() and old.dim() == self.positions.dim()
+                    and not (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)))
+        if not in_place:
             self.k = torch.cat((self.k, k), dim=-2)
             self.v = torch.cat((self.v, v), dim=-2)
-            old, new = self.positions, positions
-            if old.dim() != new.dim():  # mix of shared (T,) and per-sequence (B, T) positions
-                old, new = old.expand(k.shape[0], -1), new.expand(k.shape[0], -1)
             self.positions = torch.cat((old, new), dim=-1)
+            self._room = None
+            return self.k, self.v, self.positions
+        held, t = self.stored, k.shape[-2]
+        room = self._room
+        if room is None or room[1] + held + t > room[0][0].shape[-2]:
+            capacity = held + t + max(GROWTH_TOKENS, (held + t) // GROWTH)
+            buffers = (self.k.new_empty(*self.k.shape[:-2], capacity, self.k.shape[-1]),
+                       self.v.new_empty(*self.v.shape[:-2], capacity, self.v.shape[-1]),
+                       self.positions.new_empty(*self.positions.shape[:-1], capacity))
+            buffers[0][..., :held, :].copy_(self.k)
+            buffers[1][..., :held, :].copy_(self.v)
+            buffers[2][..., :held].copy_(self.positions)
+            room = (buffers, 0)
+        (kb, vb, pb), at = room
+        end = at + held
+        kb[..., end:end + t, :].copy_(k)
+        vb[..., end:end + t, :].copy_(v)
+        pb[..., end:end + t].copy_(new)
+        self._room = room
+        self.k, self.v, self.positions = kb[..., at:end + t, :], vb[..., at:end + t, :], pb[..., at:end + t]
         return self.k, self.v, self.positions
 
 

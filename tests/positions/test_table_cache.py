@@ -132,3 +132,38 @@ def test_inference_tensors_reuse_rows_only_inside_positions_fixed(gen):
             first = rope.rotate_one(x, pos)
             assert torch.equal(rope.rotate_one(x, pos), first) and len(gathers) == 4  # reused
         assert "_recent_rows" not in rope.__dict__
+
+
+def test_a_decoding_step_rotates_in_four_ops_bit_for_bit(gen):
+    """The reused rows' small-input path (x·[cos, cos] + roll(x)·[−sin, sin]) equals the textbook rotation
+    exactly, for one shared position and for per-sequence positions, q and k of different head counts."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from posenc.positions.rotary import apply_rotary_reference, positions_fixed
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Count.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    head_dim = 2 * int(torch.randint(2, 33, (1,), generator=gen))
+    rope = build("rope", dim=4 * head_dim, num_heads=4, base=float(torch.randint(100, 10**6, (1,), generator=gen)))
+    for pos in (torch.tensor([int(torch.randint(0, 10**5, (1,), generator=gen))]),
+                torch.randint(0, 10**5, (3, 1), generator=gen)):
+        q, k = torch.randn(pos.shape[0], 4, 1, head_dim, generator=gen), torch.randn(pos.shape[0], 2, 1, head_dim,
+                                                                                      generator=gen)
+        with torch.inference_mode(), positions_fixed(rope):
+            cos, sin = rope._cos_sin(pos, torch.float32)
+            if pos.dim() == 2:
+                cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+            expected = [apply_rotary_reference(t, cos, sin, pairing="half") for t in (q, k)]
+            rope.rotate_one(q, pos)  # the step's first call gathers the rows
+            for t, want in zip((k, q), reversed(expected)):
+                assert torch.equal(rope.rotate_one(t, pos), want)
+            if pos.dim() == 1:
+                before = Count.ops
+                with Count():
+                    rope.rotate_one(k, pos)
+                assert Count.ops - before <= 4

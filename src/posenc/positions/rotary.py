@@ -94,6 +94,7 @@ def positions_fixed(scheme: Any) -> Iterator[None]:
         state["_positions_fixed"] -= 1
         if not state["_positions_fixed"]:
             state.pop("_recent_rows", None)
+            state.pop("_recent_wide", None)
 
 
 def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -250,7 +251,24 @@ class RoPE(RotaryScheme):
             self._remember_cos_sin(given, x, dtype, cos, sin)
         if positions.dim() == 2 and x.dim() == 4:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
+        if (recent is not None and self.pairing == "half" and x.dtype == cos.dtype == torch.float32
+                and 2 * cos.shape[-1] == x.shape[-1] and x.numel() < rotary_kernel.SMALL_NUMEL):
+            return self._rotate_few(x, cos, sin)
         return apply_rotary(x, cos, sin, pairing=self.pairing)
+
+    def _rotate_few(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        """A decoding step's rotation in four ops: x·[cos, cos] + roll(x)·[−sin, sin], half pairing, all of x.
+
+        ``roll`` by half the width is (x₂, x₁), so the two halves are x₁cos − x₂sin and x₂cos + x₁sin:
+        the reference's products and sums, bit for bit (a − b is a + (−b) in IEEE arithmetic). The widened
+        rows are kept with the rows they came from (every layer of a step rotates by the same rows).
+        """
+        memo = self.__dict__.get("_recent_wide")
+        if memo is None or memo[0] is not cos:
+            memo = (cos, torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1))
+            self.__dict__["_recent_wide"] = memo
+        _, wide_cos, wide_sin = memo
+        return x * wide_cos + x.roll(x.shape[-1] // 2, dims=-1) * wide_sin
 
     # -- the last rows served -------------------------------------------------
     # A model rotates the queries and keys of every layer with the same positions tensor: 2·layers calls

@@ -134,9 +134,10 @@ def test_inference_tensors_reuse_rows_only_inside_positions_fixed(gen):
         assert "_recent_rows" not in rope.__dict__
 
 
-def test_a_decoding_step_rotates_in_four_ops_bit_for_bit(gen):
-    """The reused rows' small-input path (x·[cos, cos] + roll(x)·[−sin, sin]) equals the textbook rotation
-    exactly, for one shared position and for per-sequence positions, q and k of different head counts."""
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_a_decoding_step_rotates_in_few_ops_bit_for_bit(gen, pairing):
+    """The reused rows' small-input path (x·c + partner(x)·s) equals the textbook rotation exactly, for one
+    shared position and for per-sequence positions, q and k of different head counts, both pairings."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from posenc.positions.rotary import apply_rotary_reference, positions_fixed
@@ -149,7 +150,8 @@ def test_a_decoding_step_rotates_in_four_ops_bit_for_bit(gen):
             return func(*args, **(kwargs or {}))
 
     head_dim = 2 * int(torch.randint(2, 33, (1,), generator=gen))
-    rope = build("rope", dim=4 * head_dim, num_heads=4, base=float(torch.randint(100, 10**6, (1,), generator=gen)))
+    rope = build("rope", dim=4 * head_dim, num_heads=4, base=float(torch.randint(100, 10**6, (1,), generator=gen)),
+                 pairing=pairing)
     for pos in (torch.tensor([int(torch.randint(0, 10**5, (1,), generator=gen))]),
                 torch.randint(0, 10**5, (3, 1), generator=gen)):
         q, k = torch.randn(pos.shape[0], 4, 1, head_dim, generator=gen), torch.randn(pos.shape[0], 2, 1, head_dim,
@@ -158,7 +160,7 @@ def test_a_decoding_step_rotates_in_four_ops_bit_for_bit(gen):
             cos, sin = rope._cos_sin(pos, torch.float32)
             if pos.dim() == 2:
                 cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-            expected = [apply_rotary_reference(t, cos, sin, pairing="half") for t in (q, k)]
+            expected = [apply_rotary_reference(t, cos, sin, pairing=pairing) for t in (q, k)]
             rope.rotate_one(q, pos)  # the step's first call gathers the rows
             for t, want in zip((k, q), reversed(expected)):
                 assert torch.equal(rope.rotate_one(t, pos), want)
@@ -166,4 +168,4 @@ def test_a_decoding_step_rotates_in_four_ops_bit_for_bit(gen):
                 before = Count.ops
                 with Count():
                     rope.rotate_one(k, pos)
-                assert Count.ops - before <= 4
+                assert Count.ops - before <= 6  # the reference takes 12–14

@@ -251,24 +251,34 @@ class RoPE(RotaryScheme):
             self._remember_cos_sin(given, x, dtype, cos, sin)
         if positions.dim() == 2 and x.dim() == 4:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
-        if (recent is not None and self.pairing == "half" and x.dtype == cos.dtype == torch.float32
-                and 2 * cos.shape[-1] == x.shape[-1] and x.numel() < rotary_kernel.SMALL_NUMEL):
+        if (recent is not None and x.dtype == cos.dtype == torch.float32 and 2 * cos.shape[-1] == x.shape[-1]
+                and x.numel() < rotary_kernel.SMALL_NUMEL):
             return self._rotate_few(x, cos, sin)
         return apply_rotary(x, cos, sin, pairing=self.pairing)
 
     def _rotate_few(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        """A decoding step's rotation in four ops: x·[cos, cos] + roll(x)·[−sin, sin], half pairing, all of x.
+        """A decoding step's rotation in a handful of ops: x·c + partner(x)·s, every coordinate of x rotated.
 
-        ``roll`` by half the width is (x₂, x₁), so the two halves are x₁cos − x₂sin and x₂cos + x₁sin:
-        the reference's products and sums, bit for bit (a − b is a + (−b) in IEEE arithmetic). The widened
-        rows are kept with the rows they came from (every layer of a step rotates by the same rows).
+        Half pairing: partner(x) = roll(x, Dh/2) = (x₂, x₁), c = [cos, cos], s = [−sin, sin]. Interleaved:
+        partner(x) swaps each (x₂ᵢ, x₂ᵢ₊₁), c and s repeat each pair's cos and (−sin, sin). Either way the two
+        coordinates of a pair are x₁cos − x₂sin and x₂cos + x₁sin: the reference's products and sums, bit
+        for bit (a − b is a + (−b) in IEEE arithmetic). The widened rows are kept with the rows they came
+        from (every layer of a step rotates by the same rows).
         """
         memo = self.__dict__.get("_recent_wide")
         if memo is None or memo[0] is not cos:
-            memo = (cos, torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1))
+            if self.pairing == "half":
+                wide = (torch.cat((cos, cos), dim=-1), torch.cat((-sin, sin), dim=-1))
+            else:
+                wide = (torch.stack((cos, cos), dim=-1).flatten(-2), torch.stack((-sin, sin), dim=-1).flatten(-2))
+            memo = (cos, *wide)
             self.__dict__["_recent_wide"] = memo
         _, wide_cos, wide_sin = memo
-        return x * wide_cos + x.roll(x.shape[-1] // 2, dims=-1) * wide_sin
+        if self.pairing == "half":
+            partner = x.roll(x.shape[-1] // 2, dims=-1)
+        else:
+            partner = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+        return x * wide_cos + partner * wide_sin
 
     # -- the last rows served -------------------------------------------------
     # A model rotates the queries and keys of every layer with the same positions tensor: 2·layers calls

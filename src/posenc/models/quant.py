@@ -128,29 +128,33 @@ def _pack_op(values: Tensor) -> Tensor:
     return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
-def _pack_uint8(values: Tensor) -> Tensor:
-    """The same layout by reshaping uint8 values: per 32 rows, a (K/2, 2, 16) grid of bytes holding rows
-    n (low nibble) and n + 16 (high nibble) of input pair k//2, parity k%2. Checked against the op
-    (:func:`_layout_matches`) before use: a torch that packs differently falls back to the op."""
+def _pack_uint8(values: Tensor, block: int = 32) -> Tensor:
+    """The same layout by reshaping uint8 values: per ``block`` rows, a (K/2, 2, block/2) grid of bytes holding
+    rows n (low nibble) and n + block/2 (high nibble) of input pair k//2, parity k%2. PyTorch picks the block
+    by the CPU it runs on (32 on AVX2, 64 with AVX-512 measured here), so the block is found by checking
+    against the op (:func:`_layout_block`) before use; a torch that packs otherwise falls back to the op."""
     n, k = values.shape
-    v = values.view(n // 32, 2, 16, k // 2, 2)  # (row block, half, row in half, input pair, parity)
-    return (v[:, 0] | (v[:, 1] << 4)).permute(0, 2, 3, 1).reshape(n, k // 2)
+    v = values.view(n // block, 2, block // 2, k // 2, 2)  # (row block, half, row in half, input pair, parity)
+    return (v[:, 0] | (v[:, 1] << 4)).permute(0, 2, 3, 1).contiguous().view(n, k // 2)  # the kernel wants it contiguous
 
 
-_LAYOUT: list[bool] = []
+_LAYOUT: list[int | None] = []
 
 
-def _layout_matches() -> bool:
+def _layout_block() -> int | None:
+    """The row block of this torch's packed int4 layout on this CPU (64 or 32), or None if neither matches."""
     if not _LAYOUT:
-        probe = torch.randint(0, 16, (64, 128), generator=torch.Generator().manual_seed(0)).to(torch.uint8)
-        _LAYOUT.append(torch.equal(_pack_uint8(probe), _pack_op(probe)))
+        probe = torch.randint(0, 16, (128, 128), generator=torch.Generator().manual_seed(0)).to(torch.uint8)
+        packed = _pack_op(probe)
+        _LAYOUT.append(next((b for b in (64, 32) if torch.equal(_pack_uint8(probe, b), packed)), None))
     return _LAYOUT[0]
 
 
 def _pack(values: Tensor) -> Tensor:
     """(N, K) uint8 integers 0–15 → the int4 kernel's packed (N, K / 2) uint8 layout."""
-    if values.shape[0] % 32 == 0 and _layout_matches():
-        return _pack_uint8(values)  # 5–10× faster than the op, which wants 4 bytes per value
+    block = _layout_block()
+    if block is not None and values.shape[0] % block == 0:
+        return _pack_uint8(values, block)  # 5–10× faster than the op, which wants 4 bytes per value
     return _pack_op(values)
 
 

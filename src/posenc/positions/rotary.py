@@ -251,8 +251,10 @@ class RoPE(RotaryScheme):
             self._remember_cos_sin(given, x, dtype, cos, sin)
         if positions.dim() == 2 and x.dim() == 4:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
+        # inference only: with gradients recorded the ops must not depend on what an earlier call left
+        # (activation checkpointing recomputes a layer and compares what it saved)
         if (recent is not None and x.dtype == cos.dtype == torch.float32 and 2 * cos.shape[-1] == x.shape[-1]
-                and x.numel() < rotary_kernel.SMALL_NUMEL):
+                and x.numel() < rotary_kernel.SMALL_NUMEL and not (torch.is_grad_enabled() and x.requires_grad)):
             return self._rotate_few(x, cos, sin)
         return apply_rotary(x, cos, sin, pairing=self.pairing)
 

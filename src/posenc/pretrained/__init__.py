@@ -86,7 +86,8 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
 
         # posenc's own bounded header walk, not gguf.GGUFReader: the reader builds a numpy view per metadata
         # element (~147,000 for SmolLM2's vocabulary), 2-6 s of a 6 s as-stored load measured here
-        arch = open_mapped(path).metadata.get("general.architecture")
+        mapped = open_mapped(path)  # walked once: the as-stored loader below reuses it
+        arch = mapped.metadata.get("general.architecture")
         if arch not in AS_STORED_ARCHS:  # checked against HF on llama files only: others run dequantised
             if asked == "as-stored":
                 raise ValueError(f"{path}: --weights as-stored is checked for GGUF architectures "
@@ -95,7 +96,7 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     if gguf and weights == "as-stored":
         from posenc.pretrained.as_stored import load_gguf_as_stored
 
-        got = load_gguf_as_stored(path, dtype=dtype, pairing=pairing)
+        got = load_gguf_as_stored(path, dtype=dtype, pairing=pairing, mapped=mapped)
         return Pretrained(model=got["model"], config=got["config"], tokenizer=got["tokenizer"], source=str(path),
                           hf_config=got["hf_config"], weights=weights, stored=got["stored"])
     if gguf:

@@ -91,8 +91,11 @@ def _install(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, attr, module)
 
 
-def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict[str, Any]:
+def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped: Any = None) -> dict[str, Any]:
     """A GGUF file with its group-quantised blocks kept (see the module docstring).
+
+    ``mapped``: the file's ``posenc.formats.gguf.open_mapped`` result when the caller already has it (its
+    header walk is half of a load's file reading); None opens the file here.
 
     Returns:
         {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
@@ -106,7 +109,8 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str) -> dict
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
     from posenc.pretrained.tokenizer import Tokenizer
 
-    mapped = open_mapped(path)  # memory-mapped: tensor data is read where it lies, when it is used
+    if mapped is None or Path(mapped.path) != Path(path):
+        mapped = open_mapped(path)  # memory-mapped: tensor data is read where it lies, when it is used
     meta = mapped.metadata
     hf = config_of(mapped, meta, path)  # with Llama 3.1's rope_freqs tensor read into rope_scaling
     found = index_tensors(mapped, path, hf)

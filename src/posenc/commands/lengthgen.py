@@ -10,7 +10,7 @@ with ties, the convergence table and the reading of the published ranking.
 Examples::
 
     posenc lengthgen --quick --jobs 2                       # pipeline check, minutes
-    posenc lengthgen --task copy,reverse --jobs 2           # 9 schemes × 3 seeds per task
+    posenc lengthgen --task copy,reverse --jobs 2           # 12 schemes × 3 seeds per task
     posenc lengthgen --shard 0/4 --out part                 # … 1/4, 2/4, 3/4 elsewhere; copy cells/ together
     posenc lengthgen --report-only --out part               # then the report of what is there
 

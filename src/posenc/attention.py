@@ -67,7 +67,9 @@ class KVCache:
     per token, and a windowed layer's buffer stays O(W)). ``k``, ``v`` and
     ``positions`` are views of the held part; views handed out earlier keep
     their values (writes go past their end). Under ``torch.compile``, while
-    gradients are recorded, and after ``reorder`` the cache concatenates as before.
+    gradients are recorded, and when shared and per-sequence positions mix, the
+    cache concatenates as before; ``reorder`` and ``mark_dynamic`` leave a plain
+    tensor that the next step moves into fresh room.
     """
 
     k: Tensor | None = None  # (B, Hkv, Tk, Dh)
@@ -148,34 +150,31 @@ class KVCache:
             return self.k, self.v, self.positions
         assert self.v is not None and self.positions is not None
         old, new = self.positions, positions
-        if old.dim() != new.dim():  # mix of shared (T,) and per-sequence (B, T) positions
+        mixed = old.dim() != new.dim()  # shared (T,) and per-sequence (B, T) positions
+        if mixed:
             old, new = old.expand(k.shape[0], -1), new.expand(k.shape[0], -1)
-        in_place = (not torch.compiler.is_compiling() and old.dim() == self.positions.dim()
-                    and not (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)))
-        if not in_place:
+        if mixed or torch.compiler.is_compiling() or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)):
             self.k = torch.cat((self.k, k), dim=-2)
             self.v = torch.cat((self.v, v), dim=-2)
             self.positions = torch.cat((old, new), dim=-1)
             self._room = None
             return self.k, self.v, self.positions
+        # (held tensor, new part, the sequence dim) for keys, values, positions
+        parts = ((self.k, k, -2), (self.v, v, -2), (self.positions, new, -1))
         held, t = self.stored, k.shape[-2]
-        room = self._room
-        if room is None or room[1] + held + t > room[0][0].shape[-2]:
+        if self._room is None or self._room[1] + held + t > self._room[0][0].shape[-2]:
             capacity = held + t + max(GROWTH_TOKENS, (held + t) // GROWTH)
-            buffers = (self.k.new_empty(*self.k.shape[:-2], capacity, self.k.shape[-1]),
-                       self.v.new_empty(*self.v.shape[:-2], capacity, self.v.shape[-1]),
-                       self.positions.new_empty(*self.positions.shape[:-1], capacity))
-            buffers[0][..., :held, :].copy_(self.k)
-            buffers[1][..., :held, :].copy_(self.v)
-            buffers[2][..., :held].copy_(self.positions)
-            room = (buffers, 0)
-        (kb, vb, pb), at = room
-        end = at + held
-        kb[..., end:end + t, :].copy_(k)
-        vb[..., end:end + t, :].copy_(v)
-        pb[..., end:end + t].copy_(new)
-        self._room = room
-        self.k, self.v, self.positions = kb[..., at:end + t, :], vb[..., at:end + t, :], pb[..., at:end + t]
+            buffers = []
+            for tensor, _, dim in parts:
+                shape = list(tensor.shape)
+                shape[dim] = capacity
+                buffers.append(tensor.new_empty(shape))
+                buffers[-1].narrow(dim, 0, held).copy_(tensor)
+            self._room = (tuple(buffers), 0)
+        buffers, at = self._room
+        for buffer, (_, part, dim) in zip(buffers, parts):
+            buffer.narrow(dim, at + held, t).copy_(part)
+        self.k, self.v, self.positions = (b.narrow(dim, at, held + t) for b, (_, _, dim) in zip(buffers, parts))
         return self.k, self.v, self.positions
 
 

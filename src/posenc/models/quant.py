@@ -128,7 +128,7 @@ def _pack_op(values: Tensor) -> Tensor:
     return torch.cat(parts) if len(parts) > 1 else parts[0]
 
 
-def _pack_uint8(values: Tensor, block: int = 32) -> Tensor:
+def _pack_uint8(values: Tensor, block: int) -> Tensor:
     """The same layout by reshaping uint8 values: per ``block`` rows, a (K/2, 2, block/2) grid of bytes holding
     rows n (low nibble) and n + block/2 (high nibble) of input pair k//2, parity k%2. PyTorch picks the block
     by the CPU it runs on (32 on AVX2, 64 with AVX-512 measured here), so the block is found by checking

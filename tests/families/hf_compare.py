@@ -74,6 +74,18 @@ def compare_seq2seq(hf, folder, src: torch.Tensor, tgt: torch.Tensor, *, prompt:
     return pm
 
 
+def assert_mask_hides_only_padded_rows(pm, src: torch.Tensor, tgt: torch.Tensor, src_mask: torch.Tensor) -> None:
+    """The padding mask matters: without it a padded row's logits change, a row with no padding stays equal."""
+    padded = (src_mask == 0).any(dim=1)
+    assert padded.any() and not padded.all(), "the case needs padded and unpadded rows"
+    with torch.no_grad():
+        masked = pm.model(src, tgt, src_padding_mask=~src_mask.bool())
+        unmasked = pm.model(src, tgt)
+    torch.testing.assert_close(unmasked[~padded], masked[~padded], rtol=1e-5, atol=1e-5)  # kernels may differ
+    gap = (unmasked[padded] - masked[padded]).abs().amax(dim=(1, 2))
+    assert (gap > 1e-3).all(), f"the mask left padded rows unchanged: largest change {gap.tolist()}"
+
+
 def assert_refused(folder, changes: list[tuple[str, object, str]]) -> None:
     """Each (key, value, message): folder's config.json with ``key`` set to ``value`` is refused naming ``message``."""
     import json

@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers", minversion="5.24",
                                    reason="reference tests need HF transformers >= 5.24, a test-only dependency")
 
 from classic import perturb  # noqa: E402
-from hf_compare import assert_refused, compare_seq2seq  # noqa: E402
+from hf_compare import assert_mask_hides_only_padded_rows, assert_refused, compare_seq2seq  # noqa: E402
 
 from posenc.formats import CheckpointError  # noqa: E402
 from posenc.positions import SinusoidalPositions  # noqa: E402
@@ -63,7 +63,9 @@ def test_source_padding(seed, tmp_path):
     src, mask = torch.randint(0, VOCAB - 1, (3, 12)), torch.ones(3, 12, dtype=torch.long)
     mask[0, 8:], mask[2, 2:] = 0, 0
     src[mask == 0] = PAD
-    compare_seq2seq(random_marian(marian()), tmp_path, src, torch.randint(0, VOCAB, (3, 7)), src_mask=mask)
+    tgt = torch.randint(0, VOCAB, (3, 7))
+    pm = compare_seq2seq(random_marian(marian()), tmp_path, src, tgt, src_mask=mask)
+    assert_mask_hides_only_padded_rows(pm, src, tgt, mask)
 
 
 def test_the_positions_that_run_are_marians_table(seed, tmp_path):

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers", minversion="5.24",
                                    reason="reference tests need HF transformers >= 5.24, a test-only dependency")
 
 from classic import perturb  # noqa: E402
-from hf_compare import assert_refused, compare_seq2seq  # noqa: E402
+from hf_compare import assert_mask_hides_only_padded_rows, assert_refused, compare_seq2seq  # noqa: E402
 
 from posenc.positions import T5RelativeBias  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
@@ -50,8 +50,9 @@ def test_logits_equal_hf_full_and_cached(seed, tmp_path, proj):
 
 def test_head_width_other_than_model_width(seed, tmp_path):
     """d_kv · num_heads ≠ d_model: the heads are their own width."""
-    compare_seq2seq(random_t5(t5(d_kv=5, num_heads=3)), tmp_path, torch.randint(0, VOCAB, (2, 11)),
-                    torch.randint(0, VOCAB, (2, 9)))
+    pm = compare_seq2seq(random_t5(t5(d_kv=5, num_heads=3)), tmp_path, torch.randint(0, VOCAB, (2, 11)),
+                         torch.randint(0, VOCAB, (2, 9)))
+    assert pm.model.encoder[0].attn.q_proj.weight.shape == (15, 32)  # 3 heads of 5, not d_model's 32
 
 
 def test_untied_head_as_t5_v1_1_stores_it(seed, tmp_path):
@@ -76,8 +77,9 @@ def test_source_padding(seed, tmp_path):
     """Padded source tokens are hidden from the encoder and every cross-attention (HF's attention_mask)."""
     mask = torch.ones(3, 14, dtype=torch.long)
     mask[1, 9:], mask[2, 3:] = 0, 0
-    compare_seq2seq(random_t5(t5()), tmp_path, torch.randint(0, VOCAB, (3, 14)), torch.randint(0, VOCAB, (3, 8)),
-                    src_mask=mask)
+    src, tgt = torch.randint(0, VOCAB, (3, 14)), torch.randint(0, VOCAB, (3, 8))
+    pm = compare_seq2seq(random_t5(t5()), tmp_path, src, tgt, src_mask=mask)
+    assert_mask_hides_only_padded_rows(pm, src, tgt, mask)
 
 
 def test_the_bias_that_runs_is_posencs_t5_scheme(seed, tmp_path):

@@ -67,13 +67,13 @@ def test_decoders_and_what_the_loader_reports_pass_the_check(tmp_path):
     llama = tmp_path / "llama"
     llama.mkdir()
     (llama / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
-    require_causal_lm(llama, command="generate")  # a decoder family
+    assert require_causal_lm(llama, command="generate") is None  # a decoder family
     (tmp_path / "model.gguf").write_bytes(b"GGUF")
-    require_causal_lm(tmp_path / "model.gguf", command="generate")  # GGUF: the loader reads it
+    assert require_causal_lm(tmp_path / "model.gguf", command="generate") is None  # GGUF: the loader reads it
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
-    require_causal_lm(broken, command="generate")  # the loader names the bad file
+    assert require_causal_lm(broken, command="generate") is None  # the loader names the bad file
     (broken / "config.json").write_text(json.dumps({"model_type": "no-such-family"}))
-    require_causal_lm(broken, command="generate")  # the loader lists the families it knows
-    require_causal_lm(tmp_path / "missing", command="generate")
+    assert require_causal_lm(broken, command="generate") is None  # the loader lists the families it knows
+    assert require_causal_lm(tmp_path / "missing", command="generate") is None

@@ -390,7 +390,7 @@ def gguf_mutated(draw):
     return bytes(data)
 
 
-def _forward_is_finite_or_refused(pm) -> None:
+def assert_forward_finite_or_refused(pm) -> None:
     ids = torch.tensor([[min(1, pm.config.vocab_size - 1)] * 3])
     try:
         out = pm.model.generate(ids, 2)
@@ -417,7 +417,7 @@ def test_any_gguf_bytes_load_as_a_model_or_a_clear_error(data, memory_cap):
             event(f"refused: {type(err).__name__}")
             assert str(path) in str(err) or "m.gguf" in str(err), f"the message names no file: {err}"
             return
-        _forward_is_finite_or_refused(pm)
+        assert_forward_finite_or_refused(pm)
 
 
 CONFIG_FIELDS = sorted({*BASE_CONFIG, "head_dim", "rope_scaling", "rope_parameters", "partial_rotary_factor",
@@ -469,7 +469,7 @@ def test_any_config_json_field_loads_or_is_refused(field, value, memory_cap):
         except MODEL_REFUSALS as err:
             event(f"refused: {type(err).__name__}")
             return
-        _forward_is_finite_or_refused(pm)
+        assert_forward_finite_or_refused(pm)
 
 
 TEMPLATE_PIECES = st.sampled_from(["{{ messages[0]['content'] }}", "{% for m in messages %}", "{% endfor %}",

@@ -20,7 +20,7 @@ from model_files import hf_folder, load_outcome
 
 from posenc.pretrained import load_pretrained
 
-def refused(path: Path, *fragments: str, kind: type = ValueError) -> str:
+def assert_refused(path: Path, *fragments: str, kind: type = ValueError) -> str:
     with pytest.raises(kind) as err:
         load_pretrained(path)
     message = str(err.value)
@@ -42,7 +42,7 @@ def test_a_model_beyond_the_memory_budget_is_refused_with_the_figure(tmp_path: P
     path = hf_folder(tmp_path / "m", config={"hidden_size": 4096, "intermediate_size": 11008,
                                              "num_hidden_layers": 32, "num_attention_heads": 32,
                                              "num_key_value_heads": 32, "vocab_size": 32000})
-    refused(path, "parameters", "memory budget", "POSENC_MEMORY_BUDGET")
+    assert_refused(path, "parameters", "memory budget", "POSENC_MEMORY_BUDGET")
 
 
 def _readers():
@@ -96,7 +96,7 @@ def test_the_bounded_reader_reads_no_more_than_its_bound(tmp_path: Path) -> None
     assert data["a"] == 2 and math.isnan(data["b"])
     with pytest.raises(ValueError, match=r"config.json: 28 bytes is more than the 27 read for a config.json"):
         read_json(path, limit=27)
-    refused(hf_folder(tmp_path / "m", config={"rope_theta": math.nan}), "config.json", "rope_theta")
+    assert_refused(hf_folder(tmp_path / "m", config={"rope_theta": math.nan}), "config.json", "rope_theta")
 
 
 # -- 3. config values that silently change the model ------------------------------------------------------------
@@ -108,7 +108,7 @@ def _nan_in(name: str):
 
 def test_a_nan_weight_is_refused_by_tensor_name(tmp_path: Path) -> None:
     path = hf_folder(tmp_path / "m", edit=_nan_in("model.layers.1.mlp.up_proj.weight"))
-    refused(path, "model.layers.1.mlp.up_proj.weight", "1 non-finite", str(tmp_path / "m"))
+    assert_refused(path, "model.layers.1.mlp.up_proj.weight", "1 non-finite", str(tmp_path / "m"))
 
 
 def test_a_weight_that_overflows_float16_is_refused_when_loaded_as_float16(tmp_path: Path) -> None:
@@ -125,24 +125,24 @@ def test_a_nan_zero_or_negative_rms_norm_eps_is_refused(tmp_path: Path, eps: flo
     path = hf_folder(tmp_path / "m", raw_config=json.dumps({**json.loads((hf_folder(tmp_path / "b")
                                                                           / "config.json").read_text()),
                                                             "rms_norm_eps": eps}).encode())
-    refused(path, "norm_eps", repr(eps))
+    assert_refused(path, "norm_eps", repr(eps))
 
 
 def test_tie_word_embeddings_as_the_string_false_is_refused(tmp_path: Path) -> None:
-    refused(hf_folder(tmp_path / "m", config={"tie_word_embeddings": "false"}), "config.json",
+    assert_refused(hf_folder(tmp_path / "m", config={"tie_word_embeddings": "false"}), "config.json",
             "tie_word_embeddings", "'false'")
 
 
 def test_a_yarn_factor_of_0_is_refused_not_run_as_plain_rope(tmp_path: Path) -> None:
     path = hf_folder(tmp_path / "m", config={"rope_scaling": {"rope_type": "yarn", "factor": 0,
                                                               "original_max_position_embeddings": 32}})
-    refused(path, "factor", "0")
+    assert_refused(path, "factor", "0")
 
 
 @pytest.mark.parametrize("field, value", [("rope_theta", "abc"), ("num_attention_heads", 0),
                                           ("hidden_size", 32.5), ("num_hidden_layers", "2")])
 def test_hostile_config_fields_are_named_with_the_file(tmp_path: Path, field: str, value) -> None:
-    refused(hf_folder(tmp_path / "m", config={field: value}), "config.json", field)
+    assert_refused(hf_folder(tmp_path / "m", config={field: value}), "config.json", field)
 
 
 # -- 8. files of the wrong shape ----------------------------------------------------------------------------------
@@ -150,19 +150,19 @@ def test_hostile_config_fields_are_named_with_the_file(tmp_path: Path, field: st
                                            (b'{"model_type": "llama\xff"}', "not UTF-8"),
                                            (b"{", "not valid JSON")])
 def test_config_json_of_the_wrong_shape_or_encoding_is_named(tmp_path: Path, raw: bytes, fragment: str) -> None:
-    refused(hf_folder(tmp_path / "m", raw_config=raw), "config.json", fragment)
+    assert_refused(hf_folder(tmp_path / "m", raw_config=raw), "config.json", fragment)
 
 
 @pytest.mark.parametrize("content, fragment", [([1, 2], "must hold a JSON object"), ("{", "not valid JSON"),
                                                ({"chat_template": 7}, "chat_template must be a string"),
                                                ({"chat_template": ["x"]}, "chat_template must be a string")])
 def test_tokenizer_config_of_the_wrong_shape_is_named(tmp_path: Path, content, fragment: str) -> None:
-    refused(hf_folder(tmp_path / "m", tokenizer_config=content), "tokenizer_config.json", fragment)
+    assert_refused(hf_folder(tmp_path / "m", tokenizer_config=content), "tokenizer_config.json", fragment)
 
 
 @pytest.mark.parametrize("ids", ["1", [1, "x"], 10**9, -1, True])
 def test_special_token_ids_outside_the_vocabulary_are_named(tmp_path: Path, ids) -> None:
-    refused(hf_folder(tmp_path / "m", config={"eos_token_id": ids}), "eos_token_id")
+    assert_refused(hf_folder(tmp_path / "m", config={"eos_token_id": ids}), "eos_token_id")
 
 
 # -- 7. special files ---------------------------------------------------------------------------------------------
@@ -171,5 +171,5 @@ def test_a_fifo_in_a_model_folder_is_refused_not_read_or_called_missing(tmp_path
     path = hf_folder(tmp_path / "m")
     (path / name).unlink()
     os.mkfifo(path / name)
-    message = refused(path, name, "FIFO")
+    message = assert_refused(path, name, "FIFO")
     assert "missing" not in message

@@ -12,7 +12,8 @@ import torch.nn.functional as F
 
 from gguf_helpers import gguf, tiny_llama, tokenizer_fields, train_tokenizer, write_gguf
 from posenc.formats.gguf import BLOCK_BYTES, GROUP_TYPES, decode_groups, dequantize, open_gguf, raw_blocks
-from posenc.models.quant import (DEQUANTISE_ROWS, GroupQuant, QuantLinear, int8_rows, kernel_weight,
+from posenc import kernels
+from posenc.models.quant import (DEQUANTISE_ROWS, KERNEL_BLAS_ROWS, GroupQuant, QuantLinear, int8_rows, kernel_weight,
                                  quantise_groups)
 from posenc.pretrained import load_pretrained
 from posenc.pretrained.as_stored import check_weights
@@ -67,10 +68,11 @@ def test_groups_of_quantised_floats_exact(tmp_path: Path, kind: str, gen: torch.
 
 
 @pytest.mark.parametrize("kind", sorted(GROUP_TYPES))
-def test_quant_linear_equals_linear_with_its_weight(tmp_path: Path, kind: str, seed: int,
-                                                    gen: torch.Generator) -> None:
+def test_int4_kernel_equals_linear_with_its_weight(tmp_path: Path, kind: str, seed: int,
+                                                   gen: torch.Generator) -> None:
+    """PyTorch's int4 kernel (the fallback where posenc's kernel is not built)."""
     gq, exact = stored_groups(tmp_path, kind, seed)
-    layer = QuantLinear.from_groups(gq)
+    layer = QuantLinear.from_groups(gq, kernel="int4")
     assert layer.planes == (1 if gq.bits <= 4 else 2)
     x = torch.randn(5, gq.shape[1], generator=gen)
     out = layer(x)
@@ -85,17 +87,19 @@ def test_quant_linear_equals_linear_with_its_weight(tmp_path: Path, kind: str, s
 
 def test_long_inputs_use_the_exact_weight(tmp_path: Path, seed: int, gen: torch.Generator) -> None:
     gq, exact = stored_groups(tmp_path, "Q4_K", seed)
-    layer = QuantLinear.from_groups(gq, exact=lambda: gq)
-    x = torch.randn(DEQUANTISE_ROWS, gq.shape[1], generator=gen)
-    torch.testing.assert_close(layer(x), F.linear(x, exact), rtol=1e-5, atol=1e-5)
-    assert torch.equal(layer.exact_weight(), exact)
-    short = layer(x[:3])
-    assert not torch.equal(short, F.linear(x[:3], exact))  # the kernel path: bfloat16, not exact
+    for kernel in ("int4", "posenc"):
+        layer = QuantLinear.from_groups(gq, exact=lambda: gq, kernel=kernel)
+        assert layer.blas_rows == (DEQUANTISE_ROWS if kernel == "int4" else KERNEL_BLAS_ROWS)
+        x = torch.randn(layer.blas_rows, gq.shape[1], generator=gen)
+        torch.testing.assert_close(layer(x), F.linear(x, exact), rtol=1e-5, atol=1e-5)
+        assert torch.equal(layer.exact_weight(), exact)
+        short = layer(x[:3])
+        assert not torch.equal(short, F.linear(x[:3], exact))  # the kernel path: not exact
 
 
 def test_batch_shapes_and_bias(gen: torch.Generator) -> None:
     w, b = torch.randn(48, 64, generator=gen), torch.randn(48, generator=gen)
-    layer = QuantLinear.from_groups(quantise_groups(w), bias=b)
+    layer = QuantLinear.from_groups(quantise_groups(w), bias=b, kernel="int4")
     x = torch.randn(2, 3, 64, generator=gen)
     ref = F.linear(x.to(torch.bfloat16).float(), kernel_weight(quantise_groups(w)), b)
     torch.testing.assert_close(layer(x), ref, rtol=4 * BF16, atol=4 * BF16)
@@ -126,7 +130,9 @@ def test_contract_errors() -> None:
     with pytest.raises(ValueError, match=r"\(3, 1\)"):
         GroupQuant(torch.zeros(3, 32, dtype=torch.uint8), torch.ones(2, 1), torch.zeros(2, 1), 4)
     with pytest.raises(ValueError, match="N divisible by 16"):
-        QuantLinear.from_groups(quantise_groups(torch.randn(8, 32)))
+        QuantLinear.from_groups(quantise_groups(torch.randn(8, 32)), kernel="int4")
+    with pytest.raises(ValueError, match="'avx'"):
+        QuantLinear.from_groups(quantise_groups(torch.randn(8, 32)), kernel="avx")
     with pytest.raises(ValueError, match="'fp8'"):
         check_weights("fp8", gguf=True, device="cpu")
     with pytest.raises(ValueError, match="dequantised"):
@@ -155,7 +161,8 @@ def test_as_stored_model_close_to_dequantised(tmp_path: Path, tok, qtype: str, p
     stored = load_pretrained(path, pairing=pairing)
     ref = load_pretrained(path, pairing=pairing, weights="dequantised")
     assert stored.weights == "as-stored" and ref.weights == "dequantised"
-    assert stored.stored["layers.0.attn.q_proj.weight"].startswith(f"{qtype} → int4 kernel")
+    assert stored.stored["layers.0.attn.q_proj.weight"].startswith(f"{qtype} → posenc kernel" if kernels.load()
+                                                                    else f"{qtype} → int4 kernel")
     assert "head" in stored.stored or "embed.weight" in stored.stored
     ids = torch.tensor([tok.encode("The quick brown fox jumps over the lazy dog.").ids])
     with torch.no_grad():
@@ -212,7 +219,8 @@ def test_smollm2_as_stored_says_paris() -> None:
 
     path = smollm2_path()
     pm = load_pretrained(path)
-    assert pm.stored["layers.0.ffn.up_proj.weight"] == "Q4_1 → int4 kernel ×1"
+    assert pm.stored["layers.0.ffn.up_proj.weight"] == ("Q4_1 → posenc kernel, 4-bit" if kernels.load()
+                                                         else "Q4_1 → int4 kernel ×1 planes")
     assert pm.stored["embed.weight"].startswith("Q8_0") and pm.model.head.tied
     ids = torch.tensor([pm.tokenizer.encode("The capital of France is")])
     out = pm.model.generate(ids, 4)

@@ -46,6 +46,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
+from posenc import kernels
+
+
+#: Inputs of at most this many elements (a decoding step's few rows) take the compiled RMSNorm of
+#: ``posenc.kernels`` when a quantised model has loaded it (``kernels.loaded()``).
+FUSED_NORM_NUMEL = 16 * 4096
 
 
 class RMSNorm(nn.Module):
@@ -61,6 +67,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
+        if x.numel() <= FUSED_NORM_NUMEL and x.dtype == torch.float32 and not torch.is_grad_enabled():
+            fused = kernels.loaded()  # a decoding step of a model on posenc's quantised kernel: one call, not ten
+            if fused is not None and x.is_contiguous() and x.device.type == "cpu" and self.weight.dtype == x.dtype:
+                return fused.rms_norm(x, self.weight, self.eps)
         normed = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)  # (..., D) float32
         return self.weight * normed.to(x.dtype)
 

@@ -2,14 +2,19 @@
 
 A ``QuantLinear`` computes ``x · Wᵀ (+ b)`` with ``W`` kept as integers and
 per-group floats, never as a float matrix, so that a decoding step reads 4 or
-8 bits per weight instead of 32. Two weight layouts, each run by one of
-PyTorch's own CPU weight-only kernels:
+8 bits per weight instead of 32. The weight layouts:
 
 - **group-wise** (:class:`GroupQuant`): for each 32 consecutive inputs of an
   output row, ``w = scale · q + minimum`` with ``q`` an unsigned integer of at
   most 8 bits. This is exactly how llama.cpp's GGUF blocks Q4_0, Q4_1, Q4_K,
   Q5_0, Q5_1, Q5_K and Q8_0 are defined (``posenc.formats.gguf.decode_groups``
-  turns their bytes into it, value for value). It runs on
+  turns their bytes into it, value for value). Few input rows (decoding) run on
+  **posenc's own kernel** (:mod:`posenc.kernels`, compiled once per
+  machine): the integers packed 4 or 8 bits each with their scales, every group
+  of 32 activations rounded to 8-bit integers as llama.cpp does, integer dot
+  products, float32 sums — 3–5× faster than PyTorch's int4 kernel per matrix on
+  this project's AVX2 machines. Where that kernel is not built (no compiler,
+  ``POSENC_KERNELS=0``), they run on
   ``torch.ops.aten._weight_int4pack_mm_for_cpu`` (tinygemm's layout:
   ``w = (q − 8) · s + z`` per group of 32, ``q`` 4 bits): values of 4 bits are
   one packed plane; values of 5–8 bits are split into two 4-bit planes
@@ -20,22 +25,25 @@ PyTorch's own CPU weight-only kernels:
   [−127, 127], run on ``torch.ops.aten._weight_int8pack_mm`` — the opt-in
   quantisation of float checkpoints (``posenc generate --weights int8``).
 
-What is exact and what is not: the integers always; the scales and zero
-points are handed to the kernels in bfloat16 (both kernels take them in the
-activation dtype, and on this project's AVX2 machines only their bfloat16
-paths are vectorised — float32 activations ran 35× slower), so each group's
-scale is rounded to 8 significant bits, the activations are rounded to
-bfloat16 on the way in and the outputs on the way out. The error this adds to
-the logits is measured, not assumed (``benchmarks/realmodels``, ``posenc
-generate --weights`` prints it). Long inputs (at least :data:`DEQUANTISE_ROWS`
+What is exact and what is not: the integers and (posenc's kernel) the scales
+always. Posenc's kernel rounds each group of 32 activations to 8-bit integers
+with one float scale (error at most half a step per activation; the bound is
+tested). PyTorch's kernels are handed scales and zero points in bfloat16 (they
+take them in the activation dtype, and on AVX2 only their bfloat16 paths are
+vectorised — float32 activations ran 35× slower), so each group's scale is
+rounded to 8 significant bits, the activations are rounded to bfloat16 on the
+way in and the outputs on the way out. The error this adds to the logits is
+measured, not assumed (``benchmarks/realmodels``, ``posenc generate
+--weights`` prints it). Long inputs (at least :attr:`QuantLinear.blas_rows`
 rows: prefill, scoring) instead multiply by the exact float32 weight,
-re-decoded for the call from the stored blocks, through the BLAS matmul — on
-a CPU without bfloat16 arithmetic that is faster there, and exact.
+re-decoded for the call from the stored blocks, through the BLAS matmul —
+faster there, and exact.
 
 References used to verify: the ``gguf`` package's numpy dequantisers
 (``tests/pretrained/test_quant.py``: the decoded groups equal ``read_gguf``'s
-float32 tensors bit for bit) and ``F.linear`` with the weight the kernel is
-given (equal to bfloat16 rounding).
+float32 tensors bit for bit), ``F.linear`` with the weight the int4 kernel is
+given (equal to bfloat16 rounding), and a float64 evaluation of posenc's
+kernel's formula (``tests/test_kernels.py``).
 
 Shape legend: N output features, K input features, G = K / 32 groups, M rows of input.
 """
@@ -49,6 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posenc import kernels
+
 #: Inputs per scale (llama.cpp's block size; the int4 kernel also takes 64, 128, 256).
 GROUP = 32
 #: The dtype the kernels see: activations, scales and zero points (their vectorised path on AVX2 CPUs).
@@ -56,6 +66,9 @@ KERNEL_DTYPE = torch.bfloat16
 #: Inputs with at least this many rows multiply by the exact float weight through BLAS when the
 #: stored blocks can be re-decoded (measured on 2 AVX2 cores: the int4 kernel is faster below ~256 rows).
 DEQUANTISE_ROWS = 256
+#: Inputs with at least this many rows go to BLAS on the exact weight when posenc's kernel holds the matrix
+#: (measured on SmolLM2's shapes, ``benchmarks/realmodels/int4_rows.py``).
+KERNEL_BLAS_ROWS = 32
 #: Rows packed per call at load time (the packing op needs int32 values: 4 bytes per weight, bounded here).
 PACK_ROWS = 4096
 
@@ -207,57 +220,90 @@ class QuantLinear(nn.Module):
     """``y = x · Wᵀ (+ b)`` with ``W`` held as integers (see the module docstring); a drop-in ``nn.Linear``.
 
     Build one with :meth:`from_groups` (GGUF blocks, or :func:`quantise_groups`) or :meth:`from_int8_rows`.
+    Group-wise weights run on posenc's own kernel where it is built (:mod:`posenc.kernels`:
+    ``kernel="posenc"``, the integers and scales in its layout), else on PyTorch's int4 kernel
+    (``kernel="int4"``, :func:`int4_planes`).
 
     Args:
         in_features, out_features: K and N.
-        planes: int4 kernel planes (:func:`int4_planes`), or None.
-        int8: (q (N, K) int8, scale (N,)) for the int8 kernel, or None (exactly one of the two).
+        packed: (weight, scales, bits) in posenc's kernel layout (``kernels.pack``, ``kernels.pack_scales``).
+        planes: int4 kernel planes (:func:`int4_planes`).
+        int8: (q (N, K) int8, scale (N,)) for the int8 kernel (exactly one of the three).
         bias: (N,) or None.
         exact: re-decodes the exact weight as a GroupQuant (for GGUF files: from the memory-mapped blocks);
-            when given, inputs of ≥ DEQUANTISE_ROWS rows multiply by it through BLAS.
+            when given (always, for ``packed``), inputs of ≥ :attr:`blas_rows` rows multiply by it through BLAS.
         stored: what the weight was stored as ("Q4_1", "int8 rows", …), for ``extra_repr``.
     """
 
-    def __init__(self, *, in_features: int, out_features: int, planes: list[tuple[Tensor, Tensor]] | None = None,
-                 int8: tuple[Tensor, Tensor] | None = None, bias: Tensor | None = None,
-                 exact: Callable[[], GroupQuant] | None = None, stored: str = "") -> None:
+    def __init__(self, *, in_features: int, out_features: int, packed: tuple[Tensor, Tensor, int] | None = None,
+                 planes: list[tuple[Tensor, Tensor]] | None = None, int8: tuple[Tensor, Tensor] | None = None,
+                 bias: Tensor | None = None, exact: Callable[[], GroupQuant] | None = None, stored: str = "") -> None:
         super().__init__()
-        if (planes is None) == (int8 is None):
-            raise ValueError("QuantLinear takes exactly one of planes (int4 kernel) or int8 (int8 kernel)")
+        if sum(a is not None for a in (packed, planes, int8)) != 1:
+            raise ValueError("QuantLinear takes exactly one of packed (posenc's kernel), planes (int4 kernel) or "
+                             "int8 (int8 kernel)")
         self.in_features, self.out_features, self.stored = in_features, out_features, stored
-        self.kernel = "int4" if planes is not None else "int8"
+        self.kernel = "posenc" if packed is not None else "int4" if planes is not None else "int8"
         self.group = GROUP
+        self.blas_rows = KERNEL_BLAS_ROWS if packed is not None else DEQUANTISE_ROWS
+        if packed is not None:
+            self.register_buffer("qweight", packed[0])
+            self.register_buffer("qscales", packed[1])  # float bits as integers: model.to(dtype) leaves them
+            self.bits = packed[2]
+            self._matvec = kernels.matvec_function()
         # bfloat16 scales are kept as their int16 bit patterns: ``model.to(dtype)`` casts floating buffers,
         # and the kernels need these in bfloat16 whatever the model's dtype
-        for i, (packed, scale_zero) in enumerate(planes or []):
-            self.register_buffer(f"packed{i}", packed)
+        for i, (q4, scale_zero) in enumerate(planes or []):
+            self.register_buffer(f"packed{i}", q4)
             self.register_buffer(f"scale_zero{i}", scale_zero.to(KERNEL_DTYPE).view(torch.int16))
         self.planes = len(planes or [])
         if int8 is not None:
             self.register_buffer("q8", int8[0])
             self.register_buffer("scale8", int8[1].to(KERNEL_DTYPE).view(torch.int16))
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
-        self._exact = exact  # a plain attribute: not state, not moved; CPU memory map
+        # a plain attribute: not state, not moved; CPU memory map (posenc's layout re-decodes its own buffers)
+        self._exact = exact if exact is not None or packed is None else self.stored_groups
 
     @classmethod
     def from_groups(cls, gq: GroupQuant, *, bias: Tensor | None = None, exact: Callable[[], GroupQuant] | None = None,
-                    stored: str = "") -> QuantLinear:
+                    stored: str = "", kernel: str | None = None) -> QuantLinear:
+        """``kernel`` None: posenc's where it is built (and ``gq.group`` is 32), else PyTorch's int4 kernel;
+        "posenc" or "int4" to choose (``posenc.kernels.status()`` says why posenc's may be missing)."""
         n, k = gq.shape
-        return cls(in_features=k, out_features=n, planes=int4_planes(gq), bias=bias, exact=exact,
-                   stored=stored or f"int{gq.bits}/{gq.group}")
+        stored = stored or f"int{gq.bits}/{gq.group}"
+        if kernel not in (None, "posenc", "int4"):
+            raise ValueError(f"kernel must be 'posenc', 'int4' or None (the best built here), got {kernel!r}")
+        if kernel == "posenc" and (gq.group != GROUP or kernels.load() is None):
+            raise ValueError(f"posenc's kernel cannot hold this matrix here: group {gq.group} (it takes {GROUP}); "
+                             f"kernel status: {kernels.status()}")
+        if kernel != "int4" and gq.group == GROUP and kernels.load() is not None:
+            packed = (kernels.pack(gq.values, gq.bits), kernels.pack_scales(gq.scale, gq.minimum), gq.bits)
+            return cls(in_features=k, out_features=n, packed=packed, bias=bias, exact=exact, stored=stored)
+        return cls(in_features=k, out_features=n, planes=int4_planes(gq), bias=bias, exact=exact, stored=stored)
 
     @classmethod
     def from_int8_rows(cls, w: Tensor, *, bias: Tensor | None = None) -> QuantLinear:
         q, scale = int8_rows(w)
         return cls(in_features=w.shape[1], out_features=w.shape[0], int8=(q, scale), bias=bias, stored="int8 rows")
 
+    def stored_groups(self) -> GroupQuant:
+        """Posenc's kernel layout back as the GroupQuant it was packed from (exact)."""
+        scale, minimum = kernels.unpack_scales(self.qscales)
+        return GroupQuant(kernels.unpack(self.qweight, self.bits), scale, minimum, self.bits, self.group)
+
     def exact_weight(self) -> Tensor | None:
         """(N, K) float32 exactly as stored (GGUF: equal to ``read_gguf``'s tensor), or None if not kept."""
         return None if self._exact is None else self._exact().dequantize()
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.kernel == "posenc" and x.numel() < self.blas_rows * self.in_features:  # few rows: one call
+            b = self._buffers
+            if x.dtype == torch.float32 and x.is_contiguous() and (self.bias is None or self.bias.dtype == x.dtype):
+                return self._matvec(x, b["qweight"], b["qscales"], self.bits, self.bias)
+            bias = None if self.bias is None else self.bias.float()
+            return self._matvec(x.float().contiguous(), b["qweight"], b["qscales"], self.bits, bias).to(x.dtype)
         rows = x.reshape(-1, self.in_features)  # (M, K)
-        if self._exact is not None and rows.shape[0] >= DEQUANTISE_ROWS:
+        if self._exact is not None and rows.shape[0] >= self.blas_rows:
             out = F.linear(rows, self._exact().dequantize().to(x.dtype))  # long inputs: BLAS on the exact weight
         else:
             xk = rows.to(KERNEL_DTYPE)
@@ -274,10 +320,15 @@ class QuantLinear(nn.Module):
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)  # (…, N)
 
+    def describe_kernel(self) -> str:
+        """What multiplies few rows: "posenc kernel, 4-bit", "int4 kernel ×2 planes", "int8 kernel"."""
+        if self.kernel == "posenc":
+            return f"posenc kernel, {self.bits}-bit"
+        return f"int4 kernel ×{self.planes} planes" if self.kernel == "int4" else "int8 kernel"
+
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, stored={self.stored}, "
-                f"kernel={self.kernel}{f' ×{self.planes} planes' if self.planes > 1 else ''}, "
-                f"bias={self.bias is not None}")
+                f"kernel={self.describe_kernel()}, bias={self.bias is not None}")
 
 
 class QuantHead(QuantLinear):
@@ -293,11 +344,13 @@ class QuantHead(QuantLinear):
 
     @classmethod
     def of(cls, linear: QuantLinear, *, tied: bool) -> QuantHead:
+        packed = (linear.qweight, linear.qscales, linear.bits) if linear.kernel == "posenc" else None
         planes = [(getattr(linear, f"packed{i}"), getattr(linear, f"scale_zero{i}").view(KERNEL_DTYPE))
                   for i in range(linear.planes)]
         int8 = (linear.q8, linear.scale8.view(KERNEL_DTYPE)) if linear.kernel == "int8" else None
-        return cls(tied=tied, in_features=linear.in_features, out_features=linear.out_features, planes=planes or None,
-                   int8=int8, bias=linear.bias, exact=linear._exact, stored=linear.stored)
+        exact = None if linear._exact == linear.stored_groups else linear._exact
+        return cls(tied=tied, in_features=linear.in_features, out_features=linear.out_features, packed=packed,
+                   planes=planes or None, int8=int8, bias=linear.bias, exact=exact, stored=linear.stored)
 
 
 class QuantEmbedding(nn.Module):

@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import Tensor
 
+from posenc import kernels
 from posenc.checks import compiling
 from posenc.validation import number, positive_int
 from posenc.positions.absolute import check_even
@@ -267,6 +268,9 @@ class RoPE(RotaryScheme):
         for bit (a − b is a + (−b) in IEEE arithmetic). The widened rows are kept with the rows they came
         from (every layer of a step rotates by the same rows).
         """
+        fused = kernels.loaded()  # a model on posenc's quantised kernel: the same arithmetic in one call
+        if fused is not None and x.is_contiguous() and x.device.type == "cpu" and (x.dim() == 4 or cos.dim() == 2):
+            return fused.rope(x, cos.contiguous(), sin.contiguous(), self.pairing == "half")
         memo = self.__dict__.get("_recent_wide")
         if memo is None or memo[0] is not cos:
             if self.pairing == "half":

@@ -3,8 +3,11 @@
 - ``as-stored`` (default for GGUF files): the file is memory-mapped and its
   quantised blocks stay as they are. Projections and the output head stored in
   a group type (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0) become
-  ``posenc.models.quant.QuantLinear`` (integers repacked once for PyTorch's int4
-  CPU kernel; 5–8-bit values as two 4-bit planes); a token table in one of
+  ``posenc.models.quant.QuantLinear`` (integers repacked once for posenc's own
+  decoding kernel, ``posenc.kernels``: 4-bit values two to a byte,
+  5–8-bit values one to a byte, the scales as stored; where that kernel is not
+  built, for PyTorch's int4 CPU kernel, 5–8-bit values as two 4-bit planes;
+  ``posenc inspect`` and ``Pretrained.stored`` say which); a token table in one of
   those types is looked up row by row from the map (``QuantEmbedding``,
   exact). Every other tensor — norms (F32), and projections in the types with
   16-value sub-blocks (Q2_K, Q3_K, Q6_K) or in F16 / BF16 — is dequantised to
@@ -15,7 +18,7 @@
 - ``int8`` / ``int4``: the float weights (of any checkpoint) quantised at load
   time, weight-only: every projection and the output head — int8 per output
   row (``_weight_int8pack_mm``) or int4 per 32 inputs, min/max asymmetric
-  (``_weight_int4pack_mm_for_cpu``). The token table stays float.
+  (posenc's kernel, else ``_weight_int4pack_mm_for_cpu``). The token table stays float.
 
 The as-stored and int8/int4 kernels are CPU-only (``--device cpu``).
 """
@@ -150,7 +153,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
             exact = lambda raw=raw, kind=kind, order=order: _groups(raw, kind).take_rows(order)  # noqa: E731
         ql = QuantLinear.from_groups(gq, exact=exact, stored=kind)
         _install(model, name, QuantHead.of(ql, tied=False) if name == "head.weight" else ql)
-        stored[name] = f"{kind} → int4 kernel ×{ql.planes}"
+        stored[name] = f"{kind} → {ql.describe_kernel()}"
     tensors = ((n, load_tensor(t, n, hf, path, keep_interleaved=True)) for n, t in rest)
     for n, t in rest:
         stored[family.posenc_name(n)] = f"{type_name(t)} → {str(dtype).removeprefix('torch.')}"

@@ -1,0 +1,293 @@
+// posenc's weight-only matrix–vector product for group-quantised weights (few input rows: decoding).
+//
+//   y[m, n] = Σ_g  scale[n, g] · dx[m, g] · Σ_i (q[n, 32g + i] − c) · qx[m, 32g + i]
+//                 + (minimum[n, g] + c · scale[n, g]) · sx[m, g]
+//
+// The weight of row n, input k is w = scale · q + minimum per group of 32 inputs (llama.cpp's GGUF blocks
+// Q4_0 … Q8_0, exactly); c centres wider integers on zero (0 for ≤ 4 bits, 2^(bits−1) above). Each input
+// row's group of 32 is rounded to 8-bit integers qx with one float dx = max|x| / 127 (llama.cpp's Q8
+// activations), so the inner sum is an integer dot product, exact in int32; the other term uses the exact
+// float sum sx = Σ x of the group. The only rounding beyond float32 arithmetic is qx's:
+// |Δy| ≤ Σ_g |scale| · dx / 2 · Σ_i |q − c| (tests/test_kernels.py).
+//
+// Scales: (N, G, 2) pairs (scale, minimum), float16 where every value is exactly a float16 (Q4_0, Q4_1, Q8_0:
+// GGUF stores them so), float32 otherwise (K-quants' d · sc); passed as their bits, int16 or int32.
+//
+// Weight layouts (made by posenc.kernels.pack):
+//   bits ≤ 4: (N, K / 2) uint8, per group 16 bytes, byte j = q[j] | q[j + 16] << 4 (llama.cpp's Q4 order);
+//   bits 5–8: (N, K) int8 holding q − c.
+//
+// AVX2: 32 products per _mm256_maddubs_epi16 (unsigned × signed bytes, pairs summed to int16 — at most
+// 2 · 128 · 127, no saturation); without AVX2 a plain loop computes the same integers.
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#if defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+#if defined(__AVX2__) && defined(__FMA__)
+#define POSENC_AVX2 1
+#endif
+
+namespace {
+
+constexpr int64_t GROUP = 32;
+// bytes ahead of the weights being read that are asked for (hardware prefetch alone left the 8-bit
+// head of SmolLM2 at 2.5 GB/s from memory; 256 bytes ahead, the whole decoding step's kernel time fell from
+// 23 to 19 ms per token against 512, measured on 2 AVX2 cores)
+#ifndef PREFETCH
+#define PREFETCH 256
+#endif
+
+// One input row → qx (K int8), dx and sx (G floats each).
+void quantise_row(const float* x, int64_t K, int8_t* qx, float* dx, float* sx) {
+  for (int64_t g = 0; g < K / GROUP; ++g) {
+    const float* xg = x + g * GROUP;
+    float amax = 0.f, sum = 0.f;
+    for (int64_t i = 0; i < GROUP; ++i) {
+      amax = std::fmax(amax, std::fabs(xg[i]));
+      sum += xg[i];
+    }
+    const float d = amax / 127.f;
+    const float inv = d > 0.f ? 1.f / d : 0.f;
+    for (int64_t i = 0; i < GROUP; ++i) qx[g * GROUP + i] = static_cast<int8_t>(std::nearbyint(xg[i] * inv));
+    dx[g] = d;
+    sx[g] = sum;
+  }
+}
+
+#ifdef POSENC_AVX2
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// 32 weights of one group as unsigned bytes, in input order.
+inline __m256i weights4(const uint8_t* w) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+
+// Σ over one group of q · qx as 8 int32 partial sums, for 4-bit (unsigned) or 8-bit (signed) weights.
+template <bool Wide>
+inline __m256i group_dot(const uint8_t* w, const __m256i y) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (Wide) {
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q)), ones);
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(weights4(w), y), ones);
+  }
+}
+#endif
+
+// A stored scale or minimum as float: float32 as it is, float16 from its bits (F16C where compiled in).
+inline float as_float(float v) { return v; }
+inline float as_float(uint16_t h) {
+#ifdef __F16C__
+  return _cvtsh_ss(h);
+#else
+  return static_cast<float>(c10::Half(h, c10::Half::from_bits()));
+#endif
+}
+
+// Rows [n0, n1) of the output for one input row. sm: (N, G, 2) (scale, minimum) of type S.
+template <bool Wide, typename S>
+void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, const int8_t* qx,
+          const float* dx, const float* sx, float* y, int64_t n0, int64_t n1) {
+  constexpr int64_t group_bytes = Wide ? GROUP : GROUP / 2;
+  int64_t n = n0;
+#ifdef POSENC_AVX2
+  for (; n + 4 <= n1; n += 4) {  // four weight rows share each activation load
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    float off[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int64_t g = 0; g < G; ++g) {
+      const __m256i y8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + g * GROUP));
+      for (int r = 0; r < 4; ++r) {
+        const S* p = sm + 2 * ((n + r) * G + g);
+        const float scale = as_float(p[0]);
+        const uint8_t* wg = w + (n + r) * row_bytes + g * group_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(wg) + PREFETCH, _MM_HINT_T0);
+        const __m256i d = group_dot<Wide>(wg, y8);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(scale * dx[g]), acc[r]);
+        off[r] += (as_float(p[1]) + c * scale) * sx[g];
+      }
+    }
+    for (int r = 0; r < 4; ++r) y[n + r] = hsum(acc[r]) + off[r];
+  }
+#endif
+  for (; n < n1; ++n) {  // the rest (and every row without AVX2)
+    float total = 0.f;
+    for (int64_t g = 0; g < G; ++g) {
+      const uint8_t* wg = w + n * row_bytes + g * group_bytes;
+      int32_t dot = 0;
+      for (int64_t i = 0; i < GROUP; ++i) {
+        const int32_t q = Wide ? static_cast<int32_t>(static_cast<int8_t>(wg[i]))
+                               : (i < 16 ? wg[i] & 0x0F : wg[i - 16] >> 4);
+        dot += q * qx[g * GROUP + i];
+      }
+      const S* p = sm + 2 * (n * G + g);
+      const float scale = as_float(p[0]);
+      total += static_cast<float>(dot) * (scale * dx[g]) + (as_float(p[1]) + c * scale) * sx[g];
+    }
+    y[n] = total;
+  }
+}
+
+}  // namespace
+
+// x (…, K) float32, contiguous; weight (N, K/2) uint8 or (N, K) int8; scales (N, K/32, 2) (scale, minimum)
+// as the bits of float32 (int32) or float16 (int16); bias (N) float32 or None → (…, N) float32.
+torch::Tensor matvec(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& scales,
+                     int64_t bits, const c10::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous (…, K) float32 tensor");
+  TORCH_CHECK(1 <= bits && bits <= 8, "bits must be 1–8, got ", bits);
+  const bool wide = bits > 4;
+  const int64_t K = x.size(-1), M = K ? x.numel() / K : 0, N = weight.size(0), G = K / GROUP;
+  TORCH_CHECK(K % GROUP == 0, "K must be a multiple of 32, got ", K);
+  TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && weight.size(1) == (wide ? K : K / 2) &&
+                  weight.scalar_type() == (wide ? torch::kInt8 : torch::kUInt8),
+              "weight must be contiguous (N, ", wide ? K : K / 2, ") ", wide ? "int8" : "uint8");
+  const bool half = scales.scalar_type() == torch::kInt16;
+  TORCH_CHECK(scales.is_contiguous() && scales.dim() == 3 && scales.size(0) == N && scales.size(1) == G &&
+                  scales.size(2) == 2 && (half || scales.scalar_type() == torch::kInt32),
+              "scales must be contiguous (N, K/32, 2), the bits of float16 (int16) or float32 (int32)");
+  const float* b = nullptr;
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->scalar_type() == torch::kFloat32 && bias->is_contiguous() && bias->numel() == N,
+                "bias must be a contiguous (N) float32 tensor");
+    b = bias->data_ptr<float>();
+  }
+  auto shape = x.sizes().vec();
+  shape.back() = N;
+  auto out = torch::empty(shape, x.options());
+  std::vector<int8_t> qx(M * K);
+  std::vector<float> dx(M * G), sx(M * G);
+  const float* xp = x.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m) quantise_row(xp + m * K, K, &qx[m * K], &dx[m * G], &sx[m * G]);
+  const auto* w = reinterpret_cast<const uint8_t*>(weight.data_ptr());
+  const void* sm = scales.data_ptr();
+  float* y = out.data_ptr<float>();
+  const int64_t row_bytes = weight.size(1);
+  const float c = wide ? static_cast<float>(int64_t{1} << (bits - 1)) : 0.f;
+  // each task takes whole blocks of rows, so that a worker's weights stay in its cache across the M inputs
+  at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+    for (int64_t m = 0; m < M; ++m) {
+      const int8_t* q = &qx[m * K];
+      const float *d = &dx[m * G], *s = &sx[m * G];
+      float* ym = y + m * N;
+      if (wide && half)
+        rows<true>(w, row_bytes, static_cast<const uint16_t*>(sm), c, G, q, d, s, ym, n0, n1);
+      else if (wide)
+        rows<true>(w, row_bytes, static_cast<const float*>(sm), c, G, q, d, s, ym, n0, n1);
+      else if (half)
+        rows<false>(w, row_bytes, static_cast<const uint16_t*>(sm), c, G, q, d, s, ym, n0, n1);
+      else
+        rows<false>(w, row_bytes, static_cast<const float*>(sm), c, G, q, d, s, ym, n0, n1);
+      if (b)
+        for (int64_t n = n0; n < n1; ++n) ym[n] += b[n];
+    }
+  });
+  return out;
+}
+
+// The integers the kernel multiplies by: x (M, K) float32 → (qx (M, K) int8, dx (M, K/32), sx (M, K/32)).
+std::vector<torch::Tensor> quantise(const torch::Tensor& x) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous() && x.size(1) % GROUP == 0,
+              "x must be a contiguous (M, K) float32 tensor with K a multiple of 32");
+  const int64_t M = x.size(0), K = x.size(1), G = K / GROUP;
+  auto qx = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  auto dx = torch::empty({M, G}, x.options()), sx = torch::empty({M, G}, x.options());
+  for (int64_t m = 0; m < M; ++m)
+    quantise_row(x.data_ptr<float>() + m * K, K, qx.data_ptr<int8_t>() + m * K, dx.data_ptr<float>() + m * G,
+                 sx.data_ptr<float>() + m * G);
+  return {qx, dx, sx};
+}
+
+// x (…, D) float32 / rms(x) · weight, rms over the last dim: F.rms_norm(x, eps=eps) then weight · that, as
+// posenc's RMSNorm computes it (two roundings, no fused multiply-add: built with -ffp-contract=off), for the
+// few rows of a decoding step (one thread; the sum of squares in eight float lanes).
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous (…, D) float32 tensor");
+  const int64_t D = x.size(-1), R = D ? x.numel() / D : 0;
+  TORCH_CHECK(weight.scalar_type() == torch::kFloat32 && weight.is_contiguous() && weight.numel() == D,
+              "weight must be a contiguous (D) float32 tensor");
+  auto out = torch::empty_like(x);
+  const float *xp = x.data_ptr<float>(), *w = weight.data_ptr<float>();
+  float* y = out.data_ptr<float>();
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = xp + r * D;
+    float* yr = y + r * D;
+    int64_t i = 0;
+    float ss = 0.f;
+#ifdef POSENC_AVX2
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= D; i += 8) {
+      const __m256 v = _mm256_loadu_ps(xr + i);
+      acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
+    }
+    ss = hsum(acc);
+#endif
+    for (; i < D; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.f / std::sqrt(ss / static_cast<float>(D) + static_cast<float>(eps));
+    for (int64_t j = 0; j < D; ++j) yr[j] = w[j] * (xr[j] * inv);
+  }
+  return out;
+}
+
+// RoPE of a decoding step: x (B, H, T, Dh) or (T, Dh) float32, contiguous; cos, sin (T, Dh/2) or (B, 1, T, Dh/2).
+// Each pair (a, b) — (i, i + Dh/2) for "half" pairing, (2i, 2i + 1) interleaved — becomes
+// (a·cos − b·sin, b·cos + a·sin), each product and sum rounded once (-ffp-contract=off): bit for bit
+// posenc.positions.rotary's reference.
+torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool half) {
+  TORCH_CHECK((x.dim() == 4 || x.dim() == 2) && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous (B, H, T, Dh) or (T, Dh) float32 tensor");
+  const int64_t Dh = x.size(-1), P = Dh / 2, T = x.size(-2), H = x.dim() == 4 ? x.size(1) : 1;
+  const bool shared = cos.dim() == 2;
+  TORCH_CHECK(Dh % 2 == 0 && cos.sizes() == sin.sizes() && cos.scalar_type() == torch::kFloat32 &&
+                  sin.scalar_type() == torch::kFloat32 && cos.is_contiguous() && sin.is_contiguous() &&
+                  cos.size(-1) == P && cos.size(-2) == T &&
+                  (shared || (cos.dim() == 4 && x.dim() == 4 && cos.size(0) == x.size(0) && cos.size(1) == 1)),
+              "cos and sin must be contiguous float32 (T, Dh/2), or (B, 1, T, Dh/2) for a 4-D x");
+  auto out = torch::empty_like(x);
+  const float *xp = x.data_ptr<float>(), *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  float* y = out.data_ptr<float>();
+  const int64_t rows = Dh ? x.numel() / Dh : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = r % T, crow = shared ? t : (r / (H * T)) * T + t;
+    const float *c = cp + crow * P, *sn = sp + crow * P, *xr = xp + r * Dh;
+    float* yr = y + r * Dh;
+    for (int64_t i = 0; i < P; ++i) {
+      const int64_t ia = half ? i : 2 * i, ib = half ? i + P : 2 * i + 1;
+      const float a = xr[ia], b = xr[ib];
+      yr[ia] = a * c[i] + b * -sn[i];
+      yr[ib] = b * c[i] + a * sn[i];
+    }
+  }
+  return out;
+}
+
+bool avx2() {
+#ifdef POSENC_AVX2
+  return true;
+#else
+  return false;
+#endif
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("matvec", &matvec, "group-quantised weight × few rows (see the file's header)", py::arg("x"),
+        py::arg("weight"), py::arg("scales"), py::arg("bits"), py::arg("bias") = py::none());
+  m.def("quantise", &quantise, "the 8-bit activations the kernel uses");
+  m.def("rms_norm", &rms_norm, "a decoding step's RMSNorm (see above)");
+  m.def("rope", &rope, "a decoding step's RoPE rotation (see above)");
+  m.def("avx2", &avx2, "whether this build has the AVX2 path");
+}

@@ -1,0 +1,182 @@
+"""posenc's compiled decoding kernel (``posenc.kernels``): its layouts, its 8-bit activations, and its
+products against a float64 reference written here from the formula, on fresh random shapes and integers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from posenc import kernels
+from posenc.models.quant import GroupQuant, QuantHead, QuantLinear, quantise_groups
+
+module = kernels.load()
+needs_kernel = pytest.mark.skipif(module is None, reason=f"posenc's kernel is not built here: {kernels.status()}")
+
+
+def random_groups(gen: torch.Generator, n: int, k: int, bits: int, *, half: bool = False) -> GroupQuant:
+    scale = torch.rand(n, k // 32, generator=gen) * 0.02 + 1e-4
+    minimum = -torch.rand(n, k // 32, generator=gen) * 0.1
+    if half:  # GGUF's Q4_0 / Q4_1 / Q8_0 store their factors as float16
+        scale, minimum = scale.half().float(), minimum.half().float()
+    return GroupQuant(torch.randint(0, 2**bits, (n, k), generator=gen).to(torch.uint8), scale, minimum, bits)
+
+
+def reference_activations(x: torch.Tensor):
+    """The kernel's 8-bit rounding, written independently: per 32 inputs d = max|x| / 127 (float32),
+    q = round-half-even(x · (1 / d)), 0 where d is 0; and the group's float sum."""
+    g = x.view(x.shape[0], -1, 32)
+    d = g.abs().amax(-1) / 127
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    return (g * inv[..., None]).round().to(torch.int8).view_as(x), d, g.double().sum(-1)
+
+
+def centre(bits: int) -> int:
+    """c: the kernel holds q − c (0 for ≤ 4 bits, 2^(bits−1) above: signed bytes)."""
+    return 0 if bits <= 4 else 2 ** (bits - 1)
+
+
+def reference(x: torch.Tensor, gq: GroupQuant) -> torch.Tensor:
+    """Σ_g scale · d · Σ (q − c) · qx + (minimum + c · scale) · Σ x in float64: what the kernel computes,
+    without its float32 sums."""
+    qx, d, sx = reference_activations(x)
+    m, k = x.shape
+    c = centre(gq.bits)
+    dots = torch.einsum("ngi,mgi->mng", gq.values.view(-1, k // 32, 32).double() - c, qx.view(m, -1, 32).double())
+    return (dots * gq.scale.double() * d.double()[:, None]).sum(-1) + sx @ (gq.minimum.double()
+                                                                           + c * gq.scale.double()).T
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_layouts_round_trip(bits: int, gen: torch.Generator) -> None:
+    n, k = int(torch.randint(1, 40, (1,), generator=gen)), 32 * int(torch.randint(1, 6, (1,), generator=gen))
+    gq = random_groups(gen, n, k, bits)
+    w = kernels.pack(gq.values, bits)
+    assert w.shape == ((n, k // 2) if bits <= 4 else (n, k)) and w.dtype == (torch.uint8 if bits <= 4 else torch.int8)
+    assert torch.equal(kernels.unpack(w, bits), gq.values)
+    if bits <= 4:  # llama.cpp's Q4 order: byte j of a group holds inputs j (low nibble) and j + 16 (high)
+        assert torch.equal(w.view(n, -1, 16) & 15, gq.values.view(n, -1, 32)[..., :16])
+        assert torch.equal(w.view(n, -1, 16) >> 4, gq.values.view(n, -1, 32)[..., 16:])
+
+
+def test_scales_are_float16_only_when_exact(gen: torch.Generator) -> None:
+    gq = random_groups(gen, 8, 64, 4)
+    for scale, minimum, dtype in ((gq.scale.half().float(), gq.minimum.half().float(), torch.int16),
+                                  (gq.scale, gq.minimum, torch.int32)):
+        packed = kernels.pack_scales(scale, minimum)
+        assert packed.dtype == dtype and packed.shape == (8, 2, 2)
+        back = kernels.unpack_scales(packed)
+        assert torch.equal(back[0], scale) and torch.equal(back[1], minimum)
+
+
+@needs_kernel
+def test_activations_are_rounded_as_written(gen: torch.Generator) -> None:
+    x = torch.randn(5, 160, generator=gen) * torch.rand(5, 160, generator=gen) * 3
+    x[2, 32:64] = 0  # a group of zeros: d = 0, q = 0
+    qx, d, sx = module.quantise(x)
+    rq, rd, rs = reference_activations(x)
+    assert torch.equal(qx, rq) and torch.equal(d, rd)
+    torch.testing.assert_close(sx.double(), rs, rtol=1e-6, atol=1e-5)
+    assert int(qx.abs().max()) == 127 and torch.equal(qx[2, 32:64], torch.zeros(32, dtype=torch.int8))
+
+
+@needs_kernel
+@pytest.mark.parametrize("bits", [2, 4, 5, 6, 8])
+@pytest.mark.parametrize("half", [True, False])
+def test_kernel_equals_the_formula(bits: int, half: bool, gen: torch.Generator) -> None:
+    """Every output of the kernel (N not a multiple of its 4-row blocks: the tail loop runs too) against
+    the float64 formula; then against the exact product, within the bound the 8-bit activations set."""
+    n = 4 * int(torch.randint(1, 20, (1,), generator=gen)) + int(torch.randint(1, 4, (1,), generator=gen))
+    k, m = 32 * int(torch.randint(1, 12, (1,), generator=gen)), int(torch.randint(1, 6, (1,), generator=gen))
+    gq = random_groups(gen, n, k, bits, half=half)
+    x = torch.randn(m, k, generator=gen)
+    out = module.matvec(x, kernels.pack(gq.values, bits), kernels.pack_scales(gq.scale, gq.minimum), bits)
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    ref = reference(x, gq)
+    size = (x.abs().double() @ gq.dequantize().abs().double().T)  # the size of the terms summed
+    assert ((out.double() - ref).abs() <= 1e-5 * size + 1e-6).all()
+    # |Δ| ≤ Σ_g scale · d/2 · Σ |q − c|: each rounded activation is within d/2 of the true one
+    _, d, _ = reference_activations(x)
+    spread = (gq.values.view(n, -1, 32).double() - centre(bits)).abs().sum(-1)
+    bound = torch.einsum("mg,ng->mn", d.double() / 2, gq.scale.double() * spread)
+    exact = x.double() @ gq.dequantize().double().T
+    assert ((out.double() - exact).abs() <= bound * (1 + 1e-5) + 1e-5 * size + 1e-6).all()
+
+
+@needs_kernel
+def test_quant_linear_on_the_kernel_and_on_blas(gen: torch.Generator) -> None:
+    """Few rows through the kernel, many through BLAS on the weight it re-decodes from its own layout (exact);
+    a bias, batch shapes, a bfloat16 model, the head made from it, and torch.compile in one graph."""
+    w, b = torch.randn(72, 96, generator=gen), torch.randn(72, generator=gen)
+    gq = quantise_groups(w)
+    layer = QuantLinear.from_groups(gq, bias=b)
+    assert layer.kernel == "posenc" and "posenc kernel, 4-bit" in repr(layer)
+    assert torch.equal(layer.exact_weight(), gq.dequantize())
+    x = torch.randn(2, 3, 96, generator=gen)
+    torch.testing.assert_close(layer(x).double(), reference(x.view(6, 96), gq).view(2, 3, 72) + b.double(),
+                               rtol=1e-5, atol=1e-5)
+    many = torch.randn(layer.blas_rows, 96, generator=gen)
+    torch.testing.assert_close(layer(many), F.linear(many, gq.dequantize(), b), rtol=1e-5, atol=1e-5)
+    head = QuantHead.of(layer, tied=False)
+    assert torch.equal(head(x), layer(x)) and head.weight.shape == (72, 96)
+    layer.to(torch.bfloat16)  # the layout is integers: untouched; the activations come back in bfloat16
+    assert layer(x.bfloat16()).dtype == torch.bfloat16 and torch.equal(layer.exact_weight(), gq.dequantize())
+    layer.float()
+    compiled = torch.compile(layer, fullgraph=True)
+    torch.testing.assert_close(compiled(x), layer(x), rtol=0, atol=0)
+
+
+def test_switched_off_falls_back_to_torch_with_the_reason(monkeypatch, gen: torch.Generator) -> None:
+    monkeypatch.setattr(kernels, "_STATE", {})
+    monkeypatch.setenv("POSENC_KERNELS", "0")
+    assert kernels.load() is None and "POSENC_KERNELS=0" in kernels.status()
+    layer = QuantLinear.from_groups(random_groups(gen, 32, 64, 4))
+    assert layer.kernel == "int4"
+    with pytest.raises(ValueError, match="POSENC_KERNELS=0"):
+        QuantLinear.from_groups(random_groups(gen, 32, 64, 4), kernel="posenc")
+
+
+@needs_kernel
+def test_the_kernel_refuses_wrong_layouts(gen: torch.Generator) -> None:
+    gq = random_groups(gen, 8, 64, 4)
+    w, sc = kernels.pack(gq.values, 4), kernels.pack_scales(gq.scale, gq.minimum)
+    x = torch.randn(1, 64, generator=gen)
+    with pytest.raises(RuntimeError, match="float32"):
+        module.matvec(x.double(), w, sc, 4)
+    with pytest.raises(RuntimeError, match="int8"):
+        module.matvec(x, w, sc, 8)  # a 4-bit layout called as 8-bit
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        module.matvec(torch.randn(1, 48), w, sc, 4)
+    with pytest.raises(RuntimeError, match=r"\(N, K/32, 2\)"):
+        module.matvec(x, w, sc[:, :1].contiguous(), 4)
+    with pytest.raises(RuntimeError, match="bits"):
+        module.matvec(x, w, sc, 9)
+
+
+@needs_kernel
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("per_sequence", [False, True])
+def test_rope_equals_the_reference_bit_for_bit(pairing: str, per_sequence: bool, gen: torch.Generator) -> None:
+    from posenc.positions.rotary import apply_rotary
+
+    b, h, t = (int(v) for v in torch.randint(1, 5, (3,), generator=gen))
+    dh = 2 * int(torch.randint(1, 40, (1,), generator=gen))
+    x = torch.randn(b, h, t, dh, generator=gen) * 10
+    angles = torch.rand((b, 1, t, dh // 2) if per_sequence else (t, dh // 2), generator=gen) * 100
+    cos, sin = angles.cos(), angles.sin()
+    assert torch.equal(module.rope(x, cos, sin, pairing == "half"), apply_rotary(x, cos, sin, pairing=pairing))
+    if not per_sequence:
+        flat = x[0, 0]  # (T, Dh)
+        assert torch.equal(module.rope(flat.contiguous(), cos, sin, pairing == "half"),
+                           apply_rotary(flat, cos, sin, pairing=pairing))
+
+
+@needs_kernel
+def test_rms_norm_equals_the_reference(gen: torch.Generator) -> None:
+    """The decoding step's RMSNorm against F.rms_norm then the gain (summed in another order: within 2 ulp)."""
+    d = int(torch.randint(1, 700, (1,), generator=gen))
+    x, w = torch.randn(3, 2, d, generator=gen) * 7, torch.randn(d, generator=gen)
+    ref = w * F.rms_norm(x, (d,), eps=1e-6)
+    torch.testing.assert_close(module.rms_norm(x, w, 1e-6), ref, rtol=2 * 2**-23, atol=1e-7)
+    with pytest.raises(RuntimeError, match="weight"):
+        module.rms_norm(x, w[:-1].contiguous() if d > 1 else torch.ones(2), 1e-6)

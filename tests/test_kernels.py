@@ -24,11 +24,12 @@ def random_groups(gen: torch.Generator, n: int, k: int, bits: int, *, half: bool
 
 def reference_activations(x: torch.Tensor):
     """The kernel's 8-bit rounding, written independently: per 32 inputs d = max|x| / 127 (float32),
-    q = round-half-even(x · (1 / d)), 0 where d is 0; and the group's float sum."""
+    q = round-half-even(x · (1 / d)), 0 where d is 0; and the rounded group's sum d · Σ q."""
     g = x.view(x.shape[0], -1, 32)
     d = g.abs().amax(-1) / 127
     inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
-    return (g * inv[..., None]).round().to(torch.int8).view_as(x), d, g.double().sum(-1)
+    q = (g * inv[..., None]).round()
+    return q.to(torch.int8).view_as(x), d, d.double() * q.double().sum(-1)
 
 
 def centre(bits: int) -> int:
@@ -76,7 +77,7 @@ def test_activations_are_rounded_as_written(gen: torch.Generator) -> None:
     qx, d, sx = module.quantise(x)
     rq, rd, rs = reference_activations(x)
     assert torch.equal(qx, rq) and torch.equal(d, rd)
-    torch.testing.assert_close(sx.double(), rs, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(sx.double(), rs, rtol=1e-6, atol=1e-6)
     assert int(qx.abs().max()) == 127 and torch.equal(qx[2, 32:64], torch.zeros(32, dtype=torch.int8))
 
 
@@ -95,11 +96,13 @@ def test_kernel_equals_the_formula(bits: int, half: bool, gen: torch.Generator) 
     ref = reference(x, gq)
     size = (x.abs().double() @ gq.dequantize().abs().double().T)  # the size of the terms summed
     assert ((out.double() - ref).abs() <= 1e-5 * size + 1e-6).all()
-    # |Δ| ≤ Σ_g scale · d/2 · Σ |q − c|: each rounded activation is within d/2 of the true one
-    _, d, _ = reference_activations(x)
-    spread = (gq.values.view(n, -1, 32).double() - centre(bits)).abs().sum(-1)
-    bound = torch.einsum("mg,ng->mn", d.double() / 2, gq.scale.double() * spread)
-    exact = x.double() @ gq.dequantize().double().T
+    # it is the exact weight times the rounded activations, each within d/2: |Δ| ≤ Σ_g d/2 · Σ |w|
+    qx, d, _ = reference_activations(x)
+    rounded = (qx.view(m, -1, 32).double() * d.double()[..., None]).view(m, k)
+    w = gq.dequantize().double()
+    torch.testing.assert_close(out.double(), rounded @ w.T, rtol=1e-5, atol=1e-5 * float(size.max()))
+    bound = torch.einsum("mg,ng->mn", d.double() / 2, w.abs().view(n, -1, 32).sum(-1))
+    exact = x.double() @ w.T
     assert ((out.double() - exact).abs() <= bound * (1 + 1e-5) + 1e-5 * size + 1e-6).all()
 
 

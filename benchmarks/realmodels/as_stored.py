@@ -312,17 +312,19 @@ def accuracy(threads: int, long_tokens: int) -> dict[str, Any]:
 
     torch.set_num_threads(threads)
     ids = torch.tensor([text_ids(max(2048, long_tokens))])
-    from posenc.models.quant import DEQUANTISE_ROWS
+    from posenc.models.quant import QuantLinear
 
     stored, ref = load_pretrained(gguf_path()), load_pretrained(gguf_path(), weights="dequantised")
+    quant = [m for m in stored.model.modules() if isinstance(m, QuantLinear)]
+    chunk = 64  # below every layer's blas_rows: each chunk runs on the decoding kernel, not on exact weights
+    assert quant and all(chunk < m.blas_rows for m in quant)
     with torch.no_grad():
-        # the as-stored logits through the int4 kernel path: chunks shorter than DEQUANTISE_ROWS, with the
-        # KV cache (a whole 2,048-token forward would multiply by the exact float32 weights instead)
+        # the as-stored logits through the decoding kernel: chunks of a few rows with the KV cache (a whole
+        # 2,048-token forward would multiply by the exact float32 weights instead)
         cache, parts = stored.model.new_cache(), []
-        for s in range(0, 2048, 128):
-            parts.append(stored.model(ids[:, s : s + 128], cache=cache))
+        for s in range(0, 2048, chunk):
+            parts.append(stored.model(ids[:, s : s + chunk], cache=cache))
         a, b = torch.cat(parts, dim=1), ref.model(ids[:, :2048])
-        assert 128 < DEQUANTISE_ROWS
     nll = lambda logits, x: F.cross_entropy(logits[0, :-1].float(), x[0, 1:], reduction="none")  # noqa: E731
     out: dict[str, Any] = {"tokens": 2048, "text": str(TEXT),
                            "as_stored_vs_f32": {"max_abs_dlogit": float((a - b).abs().max()),
@@ -365,6 +367,8 @@ def render(result: dict[str, Any]) -> str:
              f"GGUF: `{result['gguf']}`; llama-cpp-python {result['llama_cpp_version']}; "
              f"torch {result['machine_at_start']['torch']} ({result['machine_at_start']['cpu_capability']}), "
              f"{result['machine_at_start']['cpu_count']} CPUs; wall {result['wall_s']} s", "",
+             f"posenc's quantised weights run on: {result['machine_at_start'].get('quantised_kernel', 'int4 kernel')}",
+             "",
              f"uptime before: `{result['machine_at_start']['uptime']}`", "",
              f"uptime after: `{result['machine_at_end']['uptime']}`", ""]
     for name, why in result["skipped"].items():
@@ -410,8 +414,11 @@ def render(result: dict[str, Any]) -> str:
 def machine() -> dict[str, Any]:
     import torch
 
+    from posenc import kernels
+
     return {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "quantised_kernel": kernels.status(),
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()}
 

@@ -1,14 +1,16 @@
 // posenc's weight-only matrix–vector product for group-quantised weights (few input rows: decoding).
 //
 //   y[m, n] = Σ_g  scale[n, g] · dx[m, g] · Σ_i (q[n, 32g + i] − c) · qx[m, 32g + i]
-//                 + (minimum[n, g] + c · scale[n, g]) · sx[m, g]
+//                 + (minimum[n, g] + c · scale[n, g]) · sx[m, g],     sx = dx · Σ_i qx
 //
 // The weight of row n, input k is w = scale · q + minimum per group of 32 inputs (llama.cpp's GGUF blocks
 // Q4_0 … Q8_0, exactly); c centres wider integers on zero (0 for ≤ 4 bits, 2^(bits−1) above). Each input
 // row's group of 32 is rounded to 8-bit integers qx with one float dx = max|x| / 127 (llama.cpp's Q8
-// activations), so the inner sum is an integer dot product, exact in int32; the other term uses the exact
-// float sum sx = Σ x of the group. The only rounding beyond float32 arithmetic is qx's:
-// |Δy| ≤ Σ_g |scale| · dx / 2 · Σ_i |q − c| (tests/test_kernels.py).
+// activations) and sx = dx · Σ qx, so that y is the exact weight times the rounded input x̃ = dx · qx
+// (the inner sum an integer dot product, exact in int32): |Δy| ≤ Σ_i |w_i| · dx / 2
+// (tests/test_kernels.py). The rounded group's sum, not the exact Σ x, goes with the minimum: GGUF's
+// weights are centred (minimum ≈ −8 · scale), and only then do the two terms' rounding errors cancel —
+// with the exact sum, SmolLM2's value projections were 5× further from the float32 product.
 //
 // Scales: (N, G, 2) pairs (scale, minimum), float16 where every value is exactly a float16 (Q4_0, Q4_1, Q8_0:
 // GGUF stores them so), float32 otherwise (K-quants' d · sc); passed as their bits, int16 or int32.
@@ -43,20 +45,22 @@ constexpr int64_t GROUP = 32;
 #define PREFETCH 256
 #endif
 
-// One input row → qx (K int8), dx and sx (G floats each).
+// One input row → qx (K int8), dx and sx (G floats each): sx = dx · Σ qx, the rounded group's sum.
 void quantise_row(const float* x, int64_t K, int8_t* qx, float* dx, float* sx) {
   for (int64_t g = 0; g < K / GROUP; ++g) {
     const float* xg = x + g * GROUP;
-    float amax = 0.f, sum = 0.f;
-    for (int64_t i = 0; i < GROUP; ++i) {
-      amax = std::fmax(amax, std::fabs(xg[i]));
-      sum += xg[i];
-    }
+    float amax = 0.f;
+    for (int64_t i = 0; i < GROUP; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
     const float d = amax / 127.f;
     const float inv = d > 0.f ? 1.f / d : 0.f;
-    for (int64_t i = 0; i < GROUP; ++i) qx[g * GROUP + i] = static_cast<int8_t>(std::nearbyint(xg[i] * inv));
+    int32_t sum = 0;
+    for (int64_t i = 0; i < GROUP; ++i) {
+      const int8_t q = static_cast<int8_t>(std::nearbyint(xg[i] * inv));
+      qx[g * GROUP + i] = q;
+      sum += q;
+    }
     dx[g] = d;
-    sx[g] = sum;
+    sx[g] = d * static_cast<float>(sum);
   }
 }
 

@@ -67,8 +67,9 @@ KERNEL_DTYPE = torch.bfloat16
 #: stored blocks can be re-decoded (measured on 2 AVX2 cores: the int4 kernel is faster below ~256 rows).
 DEQUANTISE_ROWS = 256
 #: Inputs with at least this many rows go to BLAS on the exact weight when posenc's kernel holds the matrix
-#: (measured on SmolLM2's shapes, ``benchmarks/realmodels/int4_rows.py``).
-KERNEL_BLAS_ROWS = 32
+#: (SmolLM2's shapes, 1 thread, ``benchmarks/realmodels/kernel_rows.py``: the two are equal near 64–128 rows,
+#: where re-decoding the weight for BLAS costs as much as the kernel's products).
+KERNEL_BLAS_ROWS = 96
 #: Rows packed per call at load time (the packing op needs int32 values: 4 bytes per weight, bounded here).
 PACK_ROWS = 4096
 

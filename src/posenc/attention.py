@@ -37,6 +37,7 @@ Tk key length, D model width, Dh head width (D / H unless given).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -120,9 +121,12 @@ class KVCache:
         itself; with it the first decoding step compiles the only decoding
         graph. A static cache (cross-attention) does not grow and is left alone.
         A cache grown in place (eager steps) is made contiguous first, the layout
-        the compiled step's own concatenation produces.
+        the compiled step's own concatenation produces. Nothing is done unless
+        the compiler is in use in this process (``torch._dynamo`` imported):
+        marking would import it (~2 s, the first token of an eager ``generate``)
+        and give up the room an eager cache grows into.
         """
-        if self.static or self.k is None:
+        if self.static or self.k is None or "torch._dynamo" not in sys.modules:
             return
         assert self.v is not None and self.positions is not None
         if self._room is not None:

@@ -36,8 +36,9 @@ def add_weights(p: argparse.ArgumentParser) -> None:
     from posenc.pretrained.as_stored import WEIGHTS
 
     p.add_argument("--weights", choices=WEIGHTS, default=None,
-                   help="as-stored: a GGUF file's quantised blocks kept and run by PyTorch's int4 CPU kernel (the "
-                        "default for .gguf); dequantised: every weight in --dtype (the default for HF folders); "
+                   help="as-stored: a GGUF file's quantised blocks kept and run by posenc's compiled decoding kernel, "
+                        "built once per machine (PyTorch's int4 CPU kernel where it cannot be; POSENC_KERNELS=0 "
+                        "chooses that) — the default for .gguf; dequantised: every weight in --dtype (the default for HF folders); "
                         "int8 / int4: weight-only quantisation at load, its logit error against float32 printed")
 
 
@@ -65,6 +66,13 @@ def load_model(args: argparse.Namespace, *, command: str) -> Any:
         print(f"loaded {args.model} ({pm.config.num_layers} layers, d={pm.config.dim}, {position_text(pm.config)}, "
               f"{args.dtype}, {args.device}, weights {pm.weights}) in {time.perf_counter() - start:.1f} s",
               file=sys.stderr)
+        from posenc.models.quant import QuantLinear
+
+        kinds = {m.describe_kernel() for m in pm.model.modules() if isinstance(m, QuantLinear)}
+        if kinds:
+            from posenc import kernels
+
+            print(f"quantised weights on {', '.join(sorted(kinds))}: {kernels.status()}", file=sys.stderr)
         if pm.weights in ("int8", "int4"):
             from posenc.pretrained.as_stored import logit_error
 

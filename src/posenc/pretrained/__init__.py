@@ -59,7 +59,7 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
         device: "cpu" or "cuda" (or a torch.device).
         pairing: RoPE pairing the model runs — "interleaved" (posenc's fast kernel; q/k rows are
             permuted once at load time) or "half" (the rows as HF stores them). Same logits either way.
-        weights: how the weights are held — "as-stored" (GGUF blocks kept and run by int4 kernels;
+        weights: how the weights are held — "as-stored" (GGUF blocks kept and run by posenc's quantised kernel;
             the default for .gguf files), "dequantised" (every tensor in ``dtype``; the default for HF
             folders), "int8" or "int4" (weight-only quantisation at load). See ``posenc.pretrained.as_stored``.
 

@@ -1,0 +1,41 @@
+"""posenc's decoding kernel against the exact-weight BLAS path of one QuantLinear, by input rows.
+
+QuantLinear sends inputs of fewer than ``blas_rows`` rows (``posenc.models.quant.KERNEL_BLAS_ROWS``) to
+posenc's kernel, more to float32 BLAS on the weight re-decoded from the stored blocks; this prints both
+times (median of repeats, ms) for SmolLM2's shapes, to choose that threshold. Usage::
+
+    PYTHONPATH=src python benchmarks/realmodels/kernel_rows.py THREADS ROWS[,ROWS...]
+"""
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch  # noqa: E402
+
+from bench import gguf_path  # noqa: E402
+from posenc.pretrained import load_pretrained  # noqa: E402
+
+torch.set_num_threads(int(sys.argv[1]))
+ROWS = [int(r) for r in sys.argv[2].split(",")]
+m = load_pretrained(gguf_path()).model
+layers = {"gate 1536x576": m.layers[0].ffn.gate_proj, "down 576x1536": m.layers[0].ffn.down_proj,
+          "q 576x576": m.layers[0].attn.q_proj, "head 49152x576 (Q8_0)": m.head}
+print(f"{'matrix':24} {'rows':>5} {'kernel ms':>10} {'BLAS ms':>9} {'BLAS/kernel':>12}")
+with torch.no_grad():
+    for name, lin in layers.items():
+        assert lin.kernel == "posenc", lin
+        for rows in ROWS:
+            x = torch.randn(1, rows, lin.in_features)
+            res = {}
+            for mode, threshold in (("kernel", 10**9), ("blas", 1)):
+                lin.blas_rows = threshold
+                lin(x)
+                ts = []
+                for _ in range(5 if "head" in name else 15):
+                    b = time.perf_counter()
+                    lin(x)
+                    ts.append(time.perf_counter() - b)
+                res[mode] = statistics.median(ts) * 1e3
+            print(f"{name:24} {rows:>5} {res['kernel']:>10.3f} {res['blas']:>9.3f} {res['blas'] / res['kernel']:>11.2f}×")

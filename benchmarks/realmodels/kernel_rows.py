@@ -1,10 +1,15 @@
-"""posenc's decoding kernel against the exact-weight BLAS path of one QuantLinear, by input rows.
+"""The decoding kernel against the exact-weight BLAS path of one QuantLinear, by input rows.
 
-QuantLinear sends inputs of fewer than ``blas_rows`` rows (``posenc.models.quant.KERNEL_BLAS_ROWS``) to
-posenc's kernel, more to float32 BLAS on the weight re-decoded from the stored blocks; this prints both
-times (median of repeats, ms) for SmolLM2's shapes, to choose that threshold. Usage::
+QuantLinear sends inputs of fewer than its ``blas_rows`` rows to its kernel — posenc's
+(``posenc.kernels``; ``blas_rows`` = ``posenc.models.quant.KERNEL_BLAS_ROWS``) or, with
+``POSENC_KERNELS=0``, PyTorch's int4 kernel (``DEQUANTISE_ROWS``) — and more to float32 BLAS on the
+weight re-decoded from the stored blocks; this prints both times (median of repeats, ms) for SmolLM2's
+shapes, to choose that threshold. Usage::
 
     PYTHONPATH=src python benchmarks/realmodels/kernel_rows.py THREADS ROWS[,ROWS...]
+    POSENC_KERNELS=0 PYTHONPATH=src python benchmarks/realmodels/kernel_rows.py ...   # PyTorch's int4 kernel
+
+(``as-stored/int4-rows.txt`` was recorded by this script's earlier form, ``int4_rows.py``, int4 kernel only.)
 """
 import statistics
 import sys
@@ -22,10 +27,10 @@ ROWS = [int(r) for r in sys.argv[2].split(",")]
 m = load_pretrained(gguf_path()).model
 layers = {"gate 1536x576": m.layers[0].ffn.gate_proj, "down 576x1536": m.layers[0].ffn.down_proj,
           "q 576x576": m.layers[0].attn.q_proj, "head 49152x576 (Q8_0)": m.head}
+print(f"kernel: {m.head.describe_kernel()}")
 print(f"{'matrix':24} {'rows':>5} {'kernel ms':>10} {'BLAS ms':>9} {'BLAS/kernel':>12}")
 with torch.no_grad():
     for name, lin in layers.items():
-        assert lin.kernel == "posenc", lin
         for rows in ROWS:
             x = torch.randn(1, rows, lin.in_features)
             res = {}

@@ -6,7 +6,7 @@ llama.cpp does: each group of 32 inputs rounded to 8-bit integers, integer dot p
 (``_weight_int4pack_mm_for_cpu``) works in bfloat16 and took 32 ms of a 77 ms SmolLM2 token on
 this project's 2-core AVX2 machine; see ``benchmarks/realmodels/README.md`` for the measurements.
 
-It is compiled with ``torch.utils.cpp_extension`` (a C++17 compiler and ninja; ``-O3 -march=native -ffp-contract=off``)
+It is compiled with ``torch.utils.cpp_extension`` (a C++17 compiler, and ninja — a dependency; ``-O3 -march=native -ffp-contract=off``)
 the first time a quantised model loads, into ``TORCH_EXTENSIONS_DIR`` (torch's default:
 ``~/.cache/torch_extensions``) under a name that includes this CPU's instruction-set flags, so a
 folder shared between machines never runs code built for another CPU. Where it cannot be built —
@@ -54,6 +54,7 @@ def load() -> ModuleType | None:
         try:
             from torch.utils import cpp_extension
 
+            _find_ninja()
             name = f"posenc_qmatvec_{_cpu_tag()}"
             if not _built(name):
                 print("posenc: compiling the quantised decoding kernel for this CPU (once; about a minute)",
@@ -67,6 +68,19 @@ def load() -> ModuleType | None:
                           "decoding). Set POSENC_KERNELS=0 to skip the attempt.", RuntimeWarning, stacklevel=2)
     _STATE["module"], _STATE["why"] = module, why
     return module
+
+
+def _find_ninja() -> None:
+    """Put the ``ninja`` package's binary on PATH when no ninja is there (a venv used without activating it)."""
+    import shutil
+
+    if shutil.which("ninja") is None:
+        try:
+            import ninja
+
+            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+        except ImportError:
+            pass  # cpp_extension then says ninja is missing, and posenc falls back
 
 
 def _built(name: str) -> bool:

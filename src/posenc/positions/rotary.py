@@ -269,7 +269,8 @@ class RoPE(RotaryScheme):
         from (every layer of a step rotates by the same rows).
         """
         fused = kernels.loaded()  # a model on posenc's quantised kernel: the same arithmetic in one call
-        if fused is not None and x.is_contiguous() and x.device.type == "cpu" and (x.dim() == 4 or cos.dim() == 2):
+        if (fused is not None and x.is_contiguous() and x.device.type == "cpu" and (x.dim() == 4 or cos.dim() == 2)
+                and not compiling()):
             return fused.rope(x, cos.contiguous(), sin.contiguous(), self.pairing == "half")
         memo = self.__dict__.get("_recent_wide")
         if memo is None or memo[0] is not cos:

@@ -68,11 +68,11 @@ def load_model(args: argparse.Namespace, *, command: str) -> Any:
               file=sys.stderr)
         from posenc.models.quant import QuantLinear
 
-        kinds = {m.describe_kernel() for m in pm.model.modules() if isinstance(m, QuantLinear)}
-        if kinds:
+        quantised = sum(isinstance(m, QuantLinear) for m in pm.model.modules())
+        if quantised:
             from posenc import kernels
 
-            print(f"quantised weights on {', '.join(sorted(kinds))}: {kernels.status()}", file=sys.stderr)
+            print(f"{quantised} quantised matrices on {kernels.status()}", file=sys.stderr)
         if pm.weights in ("int8", "int4"):
             from posenc.pretrained.as_stored import logit_error
 

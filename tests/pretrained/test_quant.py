@@ -269,3 +269,17 @@ def test_uint8_packing_equals_the_op(shape: tuple[int, int], gen: torch.Generato
     assert torch.equal(_pack(v), _pack_op(v))
     if shape[0] % block == 0:
         assert torch.equal(_pack_uint8(v, block), _pack_op(v))
+
+
+@pytest.mark.skipif(kernels.load() is None, reason=f"posenc's kernel is not built here: {kernels.status()}")
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1"])
+def test_q4_blocks_are_read_as_the_kernel_layout(kind: str, seed: int) -> None:
+    """The as-stored loader takes Q4_0 / Q4_1 nibbles straight from the blocks: equal to decoding them and
+    packing the values, and the scales equal to decode_groups'."""
+    from posenc.pretrained.as_stored import _stored_nibbles
+
+    raw = torch.from_numpy(random_blocks(kind, 48, 256, np.random.default_rng(seed)))
+    gq = GroupQuant(*decode_groups(raw, kind))
+    nibbles, scale, minimum = _stored_nibbles(raw, kind)
+    assert torch.equal(nibbles, kernels.pack(gq.values, 4))
+    assert torch.equal(scale, gq.scale) and torch.equal(minimum, gq.minimum)

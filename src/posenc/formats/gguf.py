@@ -564,7 +564,7 @@ def raw_blocks(t) -> Tensor:
         return torch.from_numpy(data.view(np.uint8))
 
 
-def _fp16(raw: Tensor, at: int) -> Tensor:
+def fp16_field(raw: Tensor, at: int) -> Tensor:
     """(R, G, bytes) blocks → (R, G) float32 from the float16 stored at byte ``at`` of each block."""
     return raw[..., at : at + 2].contiguous().view(torch.float16)[..., 0].float()
 
@@ -609,7 +609,7 @@ def decode_groups(raw: Tensor, kind: str) -> tuple[Tensor, Tensor, Tensor, int]:
     rows = raw.shape[0]
     b = raw.reshape(rows, -1, size)  # (R, blocks, bytes)
     if kind in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
-        d = _fp16(b, 0)  # (R, G)
+        d = fp16_field(b, 0)  # (R, G)
         if kind == "Q8_0":
             q = (b[..., 2:].contiguous().view(torch.int8).to(torch.int16) + 128).to(torch.uint8)  # (R, G, 32)
             return q.reshape(rows, -1), d, d * -128.0, 8
@@ -619,10 +619,10 @@ def decode_groups(raw: Tensor, kind: str) -> tuple[Tensor, Tensor, Tensor, int]:
             q = _nibbles(b[..., offset + 4 :]) | (high << 4)
         else:
             q = _nibbles(b[..., offset:])
-        minimum = _fp16(b, 2) if kind in ("Q4_1", "Q5_1") else d * (-8.0 if kind == "Q4_0" else -16.0)
+        minimum = fp16_field(b, 2) if kind in ("Q4_1", "Q5_1") else d * (-8.0 if kind == "Q4_0" else -16.0)
         return q.reshape(rows, -1), d, minimum, GROUP_TYPES[kind]
     # K-quants: 256 values in 8 sub-blocks of 32, each with a 6-bit scale and min under two float16 factors
-    d, dmin = _fp16(b, 0)[..., None], _fp16(b, 2)[..., None]  # (R, G, 1)
+    d, dmin = fp16_field(b, 0)[..., None], fp16_field(b, 2)[..., None]  # (R, G, 1)
     sc, mn = _k_scales(b[..., 4:16])  # (R, G, 8)
     scale, minimum = d * sc.float(), -(dmin * mn.float())
     qs = b[..., -128:].reshape(rows, -1, 4, 32)  # 4 chunks of 32 bytes: sub-blocks 2c (low) and 2c + 1 (high)

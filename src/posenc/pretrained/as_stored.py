@@ -51,6 +51,20 @@ def check_weights(weights: str | None, *, gguf: bool, device: str | torch.device
     return weights
 
 
+def _stored_nibbles(raw: Tensor, kind: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Q4_0 / Q4_1 blocks → (nibbles (N, K/2) uint8, scale, minimum (N, K/32)) in posenc's kernel layout, read
+    off the blocks: their 16 bytes per group already hold values j and j + 16 in one byte, the kernel's order
+    (no decode to one byte per value and back; equal to ``kernels.pack`` of :func:`_groups`' values)."""
+    from posenc.formats.gguf import BLOCK_BYTES, fp16_field
+
+    n = raw.shape[0]
+    b = raw.reshape(n, -1, BLOCK_BYTES[kind][0])  # (N, G, bytes)
+    d = fp16_field(b, 0)
+    minimum = fp16_field(b, 2) if kind == "Q4_1" else d * -8.0
+    at = 2 if kind == "Q4_0" else 4
+    return b[..., at : at + 16].reshape(n, -1), d, minimum
+
+
 def _groups(raw: Tensor, kind: str):
     from posenc.formats.gguf import decode_groups
     from posenc.models.quant import GroupQuant
@@ -108,6 +122,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
     from posenc.families import family_named
     from posenc.models.llama import build_llama
+    from posenc import kernels
     from posenc.models.quant import QuantEmbedding, QuantHead, QuantLinear
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
     from posenc.pretrained.tokenizer import Tokenizer
@@ -145,13 +160,17 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
             rest.append((hf_name, t))
             continue
         order = _row_order(name, model, source_pairing)
-        gq = _groups(raw, kind)
         if order is None:
             exact = partial(_groups, raw, kind)
         else:
-            gq = gq.take_rows(order)
             exact = lambda raw=raw, kind=kind, order=order: _groups(raw, kind).take_rows(order)  # noqa: E731
-        ql = QuantLinear.from_groups(gq, exact=exact, stored=kind)
+        if kind in ("Q4_0", "Q4_1") and kernels.load() is not None:  # the blocks' bytes are the kernel's layout
+            nibbles, scale, minimum = (t if order is None else t[order] for t in _stored_nibbles(raw, kind))
+            ql = QuantLinear(in_features=2 * nibbles.shape[1], out_features=nibbles.shape[0], exact=exact,
+                             packed=(nibbles.contiguous(), kernels.pack_scales(scale, minimum), 4), stored=kind)
+        else:
+            gq = _groups(raw, kind)
+            ql = QuantLinear.from_groups(gq if order is None else gq.take_rows(order), exact=exact, stored=kind)
         _install(model, name, QuantHead.of(ql, tied=False) if name == "head.weight" else ql)
         stored[name] = f"{kind} → {ql.describe_kernel()}"
     tensors = ((n, load_tensor(t, n, hf, path, keep_interleaved=True)) for n, t in rest)

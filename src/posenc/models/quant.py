@@ -278,9 +278,18 @@ class QuantLinear(nn.Module):
             raise ValueError(f"posenc's kernel cannot hold this matrix here: group {gq.group} (it takes {GROUP}); "
                              f"kernel status: {kernels.status()}")
         if kernel != "int4" and gq.group == GROUP and kernels.load() is not None:
-            packed = (kernels.pack(gq.values, gq.bits), kernels.pack_scales(gq.scale, gq.minimum), gq.bits)
-            return cls(in_features=k, out_features=n, packed=packed, bias=bias, exact=exact, stored=stored)
+            return cls.from_packed(kernels.pack(gq.values, gq.bits), gq.scale, gq.minimum, gq.bits, bias=bias,
+                                   exact=exact, stored=stored)
         return cls(in_features=k, out_features=n, planes=int4_planes(gq), bias=bias, exact=exact, stored=stored)
+
+    @classmethod
+    def from_packed(cls, weight: Tensor, scale: Tensor, minimum: Tensor, bits: int, *, bias: Tensor | None = None,
+                    exact: Callable[[], GroupQuant] | None = None, stored: str = "") -> QuantLinear:
+        """Posenc's kernel on ``weight`` already in its layout (``kernels.pack``; GGUF Q4_0 / Q4_1 bytes as read)."""
+        k = weight.shape[1] * (2 if bits <= 4 else 1)
+        packed = (weight.contiguous(), kernels.pack_scales(scale, minimum), bits)
+        return cls(in_features=k, out_features=weight.shape[0], packed=packed, bias=bias, exact=exact,
+                   stored=stored or f"int{bits}/{GROUP}")
 
     @classmethod
     def from_int8_rows(cls, w: Tensor, *, bias: Tensor | None = None) -> QuantLinear:

@@ -166,8 +166,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
             exact = lambda raw=raw, kind=kind, order=order: _groups(raw, kind).take_rows(order)  # noqa: E731
         if kind in ("Q4_0", "Q4_1") and kernels.load() is not None:  # the blocks' bytes are the kernel's layout
             nibbles, scale, minimum = (t if order is None else t[order] for t in _stored_nibbles(raw, kind))
-            ql = QuantLinear(in_features=2 * nibbles.shape[1], out_features=nibbles.shape[0], exact=exact,
-                             packed=(nibbles.contiguous(), kernels.pack_scales(scale, minimum), 4), stored=kind)
+            ql = QuantLinear.from_packed(nibbles, scale, minimum, 4, exact=exact, stored=kind)
         else:
             gq = _groups(raw, kind)
             ql = QuantLinear.from_groups(gq if order is None else gq.take_rows(order), exact=exact, stored=kind)

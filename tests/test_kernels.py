@@ -81,12 +81,33 @@ def test_activations_are_rounded_as_written(gen: torch.Generator) -> None:
     assert int(qx.abs().max()) == 127 and torch.equal(qx[2, 32:64], torch.zeros(32, dtype=torch.int8))
 
 
+def widest_level() -> int:
+    before = module.set_level(99)
+    best = module.get_level()
+    module.set_level(before)
+    return best
+
+
+@pytest.fixture(params=[0, 1, 2], ids=lambda k: kernels.LEVELS[k].replace(" ", "-"))
+def level(request):
+    """Each of the kernel's paths this machine can run (the others skip, naming the CPU's widest)."""
+    if module is None:
+        pytest.skip("posenc's kernel is not built here")
+    if request.param > widest_level():
+        pytest.skip(f"this CPU's widest path is {kernels.LEVELS[widest_level()]}")
+    before = module.set_level(request.param)
+    yield request.param
+    module.set_level(before)
+
+
 @needs_kernel
 @pytest.mark.parametrize("bits", [2, 4, 5, 6, 8])
 @pytest.mark.parametrize("half", [True, False])
-def test_kernel_equals_the_formula(bits: int, half: bool, gen: torch.Generator) -> None:
-    """Every output of the kernel (N not a multiple of its 4-row blocks: the tail loop runs too) against
-    the float64 formula; then against the exact product, within the bound the 8-bit activations set."""
+def test_kernel_equals_the_formula(bits: int, half: bool, level: int, gen: torch.Generator) -> None:
+    """Every output of the kernel, on each of its paths (N not a multiple of its 4-row blocks: the tail loop
+    runs too; K an odd or even number of groups: the AVX-512 path's odd last group too) against the float64
+    formula; then against the exact product, within the bound the 8-bit activations set."""
+    assert module.get_level() == level
     n = 4 * int(torch.randint(1, 20, (1,), generator=gen)) + int(torch.randint(1, 4, (1,), generator=gen))
     k, m = 32 * int(torch.randint(1, 12, (1,), generator=gen)), int(torch.randint(1, 6, (1,), generator=gen))
     gq = random_groups(gen, n, k, bits, half=half)

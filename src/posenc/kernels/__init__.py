@@ -2,7 +2,8 @@
 
 ``qmatvec.cpp`` (beside this file) multiplies a few input rows by a group-quantised weight the way
 llama.cpp does: each group of 32 inputs rounded to 8-bit integers, integer dot products with the
-4- or 8-bit weights (AVX2 ``maddubs``), one float multiply per group. PyTorch's own int4 kernel
+4- or 8-bit weights (AVX-512 VNNI ``dpbusd`` where the CPU has it, else AVX2 ``maddubs``), one
+float multiply per group. PyTorch's own int4 kernel
 (``_weight_int4pack_mm_for_cpu``) works in bfloat16 and took 32 ms of a 77 ms SmolLM2 token on
 this project's 2-core AVX2 machine; see ``benchmarks/realmodels/README.md`` for the measurements.
 
@@ -27,6 +28,8 @@ from types import ModuleType
 import torch
 
 SOURCE = Path(__file__).with_name("qmatvec.cpp")
+#: the kernel's paths by level (``module.get_level()``): the widest this CPU and build have is the default
+LEVELS = ("portable loop", "AVX2", "AVX-512 VNNI")
 _STATE: dict[str, object] = {}
 
 
@@ -97,7 +100,7 @@ def status() -> str:
     module = load()
     if module is None:
         return f"PyTorch's int4 kernel (posenc's {_STATE['why']})"
-    return f"posenc's int8-activation kernel ({'AVX2' if module.avx2() else 'portable loop'})"
+    return f"posenc's int8-activation kernel ({LEVELS[module.get_level()]})"
 
 
 def pack(values, bits: int):

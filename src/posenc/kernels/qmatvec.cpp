@@ -19,13 +19,16 @@
 //   bits ≤ 4: (N, K / 2) uint8, per group 16 bytes, byte j = q[j] | q[j + 16] << 4 (llama.cpp's Q4 order);
 //   bits 5–8: (N, K) int8 holding q − c.
 //
-// AVX2: 32 products per _mm256_maddubs_epi16 (unsigned × signed bytes, pairs summed to int16 — at most
-// 2 · 128 · 127, no saturation); without AVX2 a plain loop computes the same integers.
+// AVX-512 VNNI: two groups (64 products) per _mm512_dpbusd_epi32. AVX2: 32 products per
+// _mm256_maddubs_epi16 (unsigned × signed bytes, pairs summed to int16 — at most 2 · 128 · 127, no
+// saturation). Without either, a plain loop computes the same integers; only the float sums' order differs.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #if defined(__AVX2__) || defined(__F16C__)
@@ -34,15 +37,32 @@
 #if defined(__AVX2__) && defined(__FMA__)
 #define POSENC_AVX2 1
 #endif
+#if defined(POSENC_AVX2) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512VNNI__)
+#define POSENC_AVX512 1
+#endif
 
 namespace {
 
 constexpr int64_t GROUP = 32;
-// bytes ahead of the weights being read that are asked for (hardware prefetch alone left the 8-bit
-// head of SmolLM2 at 2.5 GB/s from memory; 256 bytes ahead, the whole decoding step's kernel time fell from
-// 23 to 19 ms per token against 512, measured on 2 AVX2 cores)
-#ifndef PREFETCH
-#define PREFETCH 256
+
+// The widest path compiled in (2 AVX-512 VNNI, 1 AVX2, 0 the plain loop); set_level picks a narrower one,
+// so that one machine's tests check every path it can run.
+#if defined(POSENC_AVX512)
+constexpr int BEST = 2;
+#elif defined(POSENC_AVX2)
+constexpr int BEST = 1;
+#else
+constexpr int BEST = 0;
+#endif
+int level = BEST;
+
+// How far ahead the weights are asked for, in bytes (rounded to whole rows, at least the next block of
+// four). A block's four rows are read side by side, which hardware prefetching follows poorly: on a
+// 2-core AMD EPYC (AVX-512) the 211 matrices of a SmolLM2 token streamed at 12 GB/s with 256 bytes ahead
+// within the row, 26 GB/s — what a plain sum reads there — with 16 KiB ahead (8 KiB: 22, 32 KiB: 13–21).
+#ifndef AHEAD
+#define AHEAD 16384
 #endif
 
 // One input row → qx (K int8), dx and sx (G floats each): sx = dx · Σ qx, the rounded group's sum.
@@ -91,6 +111,59 @@ inline __m256i group_dot(const uint8_t* w, const __m256i y) {
 }
 #endif
 
+#ifdef POSENC_AVX512
+// Two groups' Σ q · qx as 16 int32 partial sums. _mm512_dpbusd_epi32 multiplies unsigned by signed bytes and
+// adds each four products into an int32 lane (exact: no int16 step).
+//   8-bit weights: 64 bytes as stored, |q| the unsigned operand and the sign moved onto qx; lanes 0–7 are the
+//   first group's, 8–15 the second's (mask 0xFF00).
+//   4-bit weights: the 32 bytes of two groups as [low nibbles of both, high nibbles of both] — group 1's
+//   inputs 0–15, group 2's 0–15, group 1's 16–31, group 2's 16–31 — with qx reordered to match once per call
+//   (swap_halves); lanes 4–7 and 12–15 are the second group's (mask 0xF0F0).
+template <bool Wide>
+inline __m512i group_dot2(const uint8_t* w, const __m512i y) {
+  if constexpr (Wide) {
+    const __m512i q = _mm512_loadu_si512(w);
+    const __mmask64 negative = _mm512_movepi8_mask(q);
+    const __m512i ys = _mm512_mask_sub_epi8(y, negative, _mm512_setzero_si512(), y);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), ys);
+  } else {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, _mm512_set1_epi8(0x0F)), y);
+  }
+}
+
+// qx in the order group_dot2 reads 4-bit weights: in each pair of groups the middle 16-byte blocks swapped
+// (an odd last group stays as it is).
+void swap_halves(const int8_t* qx, int64_t K, int8_t* out) {
+  int64_t i = 0;
+  for (; i + 2 * GROUP <= K; i += 2 * GROUP) {
+    std::memcpy(out + i, qx + i, 16);
+    std::memcpy(out + i + 16, qx + i + 32, 16);
+    std::memcpy(out + i + 32, qx + i + 16, 16);
+    std::memcpy(out + i + 48, qx + i + 48, 16);
+  }
+  std::memcpy(out + i, qx + i, K - i);
+}
+
+// Scales and minima of groups [g, g + count) of one row (count ≤ 16), as 16 floats each (zeros past count).
+inline void pairs16(const uint16_t* p, int64_t count, __m512& scale, __m512& minimum) {
+  const __m512i v = _mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t{1} << (2 * count)) - 1), p);
+  const __m512 lo = _mm512_cvtph_ps(_mm512_castsi512_si256(v)), hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(v, 1));
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  scale = _mm512_permutex2var_ps(lo, even, hi);
+  minimum = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi);
+}
+inline void pairs16(const float* p, int64_t count, __m512& scale, __m512& minimum) {
+  const int64_t first = std::min<int64_t>(count, 8), second = count - first;
+  const __m512 lo = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (2 * first)) - 1), p);
+  const __m512 hi = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << (2 * second)) - 1), p + 16);
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  scale = _mm512_permutex2var_ps(lo, even, hi);
+  minimum = _mm512_permutex2var_ps(lo, _mm512_add_epi32(even, _mm512_set1_epi32(1)), hi);
+}
+#endif
+
 // A stored scale or minimum as float: float32 as it is, float16 from its bits (F16C where compiled in).
 inline float as_float(float v) { return v; }
 inline float as_float(uint16_t h) {
@@ -101,14 +174,67 @@ inline float as_float(uint16_t h) {
 #endif
 }
 
-// Rows [n0, n1) of the output for one input row. sm: (N, G, 2) (scale, minimum) of type S.
+// Rows [n0, n1) of the output for one input row. sm: (N, G, 2) (scale, minimum) of type S; qx2 is qx in
+// the AVX-512 path's order (swap_halves for 4-bit weights, qx itself for 8-bit).
 template <bool Wide, typename S>
 void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, const int8_t* qx,
-          const float* dx, const float* sx, float* y, int64_t n0, int64_t n1) {
+          const int8_t* qx2, const float* dx, const float* sx, float* y, int64_t n0, int64_t n1) {
   constexpr int64_t group_bytes = Wide ? GROUP : GROUP / 2;
   int64_t n = n0;
+  // prefetch the same place AHEAD bytes (whole rows, at least one block) further on
+  const int64_t ahead_rows = std::max<int64_t>(4, AHEAD / row_bytes), ahead_bytes = ahead_rows * row_bytes;
+  (void)ahead_bytes;
+#ifdef POSENC_AVX512
+  if (level >= 2) {
+    // Per block of 4 rows and chunk of up to 64 groups, the float work is done 16 groups at a time first:
+    // scale · dx into a small table, Σ (minimum + c · scale) · sx into a vector; the inner loop is then
+    // integer dot products, one conversion and one multiply-add per two groups and row.
+    constexpr int64_t CHUNK = 64;
+    alignas(64) float sdx[4][CHUNK];
+    const __mmask16 second = Wide ? 0xFF00 : 0xF0F0;
+    for (; n + 4 <= n1; n += 4) {
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      __m512 off[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      float tail[4] = {0.f, 0.f, 0.f, 0.f};
+      for (int64_t g0 = 0; g0 < G; g0 += CHUNK) {
+        const int64_t g1 = std::min(G, g0 + CHUNK);
+        for (int64_t g = g0; g < g1; g += 16) {
+          const int64_t count = std::min<int64_t>(16, g1 - g);
+          const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+          const __m512 d = _mm512_maskz_loadu_ps(mask, dx + g), sum = _mm512_maskz_loadu_ps(mask, sx + g);
+          for (int r = 0; r < 4; ++r) {
+            __m512 scale, minimum;
+            pairs16(sm + 2 * ((n + r) * G + g), count, scale, minimum);
+            _mm_prefetch(reinterpret_cast<const char*>(sm + 2 * ((n + r + ahead_rows) * G + g)), _MM_HINT_T0);
+            _mm512_store_ps(&sdx[r][g - g0], _mm512_mul_ps(scale, d));  // sdx has room past count
+            off[r] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(c), scale, minimum), sum, off[r]);
+          }
+        }
+        int64_t g = g0;
+        for (; g + 2 <= g1; g += 2) {
+          const __m512i y2 = _mm512_loadu_si512(qx2 + g * GROUP);
+          for (int r = 0; r < 4; ++r) {
+            const uint8_t* wg = w + (n + r) * row_bytes + g * group_bytes;
+            _mm_prefetch(reinterpret_cast<const char*>(wg) + ahead_bytes, _MM_HINT_T0);
+            const __m512 scale = _mm512_mask_blend_ps(second, _mm512_set1_ps(sdx[r][g - g0]),
+                                                      _mm512_set1_ps(sdx[r][g - g0 + 1]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_dot2<Wide>(wg, y2)), scale, acc[r]);
+          }
+        }
+        if (g < g1) {  // an odd last group: 256 bits, qx in its natural order there
+          const __m256i y8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + g * GROUP));
+          for (int r = 0; r < 4; ++r) {
+            const __m256i d = group_dot<Wide>(w + (n + r) * row_bytes + g * group_bytes, y8);
+            tail[r] = hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sdx[r][g - g0])));
+          }
+        }
+      }
+      for (int r = 0; r < 4; ++r) y[n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], off[r])) + tail[r];
+    }
+  }
+#endif
 #ifdef POSENC_AVX2
-  for (; n + 4 <= n1; n += 4) {  // four weight rows share each activation load
+  for (; level >= 1 && n + 4 <= n1; n += 4) {  // four weight rows share each activation load
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     float off[4] = {0.f, 0.f, 0.f, 0.f};
     for (int64_t g = 0; g < G; ++g) {
@@ -117,7 +243,7 @@ void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, 
         const S* p = sm + 2 * ((n + r) * G + g);
         const float scale = as_float(p[0]);
         const uint8_t* wg = w + (n + r) * row_bytes + g * group_bytes;
-        _mm_prefetch(reinterpret_cast<const char*>(wg) + PREFETCH, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(wg) + ahead_bytes, _MM_HINT_T0);
         const __m256i d = group_dot<Wide>(wg, y8);
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(scale * dx[g]), acc[r]);
         off[r] += (as_float(p[1]) + c * scale) * sx[g];
@@ -130,11 +256,14 @@ void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, 
     float total = 0.f;
     for (int64_t g = 0; g < G; ++g) {
       const uint8_t* wg = w + n * row_bytes + g * group_bytes;
+      const int8_t* xg = qx + g * GROUP;
       int32_t dot = 0;
-      for (int64_t i = 0; i < GROUP; ++i) {
-        const int32_t q = Wide ? static_cast<int32_t>(static_cast<int8_t>(wg[i]))
-                               : (i < 16 ? wg[i] & 0x0F : wg[i - 16] >> 4);
-        dot += q * qx[g * GROUP + i];
+      if constexpr (Wide) {
+        const int8_t* q = reinterpret_cast<const int8_t*>(wg);  // q − c, signed
+        for (int64_t i = 0; i < GROUP; ++i) dot += static_cast<int32_t>(q[i]) * xg[i];
+      } else {
+        for (int64_t i = 0; i < GROUP / 2; ++i)
+          dot += static_cast<int32_t>(wg[i] & 0x0F) * xg[i] + static_cast<int32_t>(wg[i] >> 4) * xg[i + 16];
       }
       const S* p = sm + 2 * (n * G + g);
       const float scale = as_float(p[0]);
@@ -176,6 +305,14 @@ torch::Tensor matvec(const torch::Tensor& x, const torch::Tensor& weight, const 
   std::vector<float> dx(M * G), sx(M * G);
   const float* xp = x.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m) quantise_row(xp + m * K, K, &qx[m * K], &dx[m * G], &sx[m * G]);
+  std::vector<int8_t> swapped;
+#ifdef POSENC_AVX512
+  if (level >= 2 && !wide) {
+    swapped.resize(M * K);
+    for (int64_t m = 0; m < M; ++m) swap_halves(&qx[m * K], K, &swapped[m * K]);
+  }
+#endif
+  const int8_t* qx2 = swapped.empty() ? qx.data() : swapped.data();
   const auto* w = reinterpret_cast<const uint8_t*>(weight.data_ptr());
   const void* sm = scales.data_ptr();
   float* y = out.data_ptr<float>();
@@ -184,17 +321,17 @@ torch::Tensor matvec(const torch::Tensor& x, const torch::Tensor& weight, const 
   // each task takes whole blocks of rows, so that a worker's weights stay in its cache across the M inputs
   at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
     for (int64_t m = 0; m < M; ++m) {
-      const int8_t* q = &qx[m * K];
+      const int8_t *q = &qx[m * K], *q2 = qx2 + m * K;
       const float *d = &dx[m * G], *s = &sx[m * G];
       float* ym = y + m * N;
       if (wide && half)
-        rows<true>(w, row_bytes, static_cast<const uint16_t*>(sm), c, G, q, d, s, ym, n0, n1);
+        rows<true>(w, row_bytes, static_cast<const uint16_t*>(sm), c, G, q, q2, d, s, ym, n0, n1);
       else if (wide)
-        rows<true>(w, row_bytes, static_cast<const float*>(sm), c, G, q, d, s, ym, n0, n1);
+        rows<true>(w, row_bytes, static_cast<const float*>(sm), c, G, q, q2, d, s, ym, n0, n1);
       else if (half)
-        rows<false>(w, row_bytes, static_cast<const uint16_t*>(sm), c, G, q, d, s, ym, n0, n1);
+        rows<false>(w, row_bytes, static_cast<const uint16_t*>(sm), c, G, q, q2, d, s, ym, n0, n1);
       else
-        rows<false>(w, row_bytes, static_cast<const float*>(sm), c, G, q, d, s, ym, n0, n1);
+        rows<false>(w, row_bytes, static_cast<const float*>(sm), c, G, q, q2, d, s, ym, n0, n1);
       if (b)
         for (int64_t n = n0; n < n1; ++n) ym[n] += b[n];
     }
@@ -279,12 +416,13 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
   return out;
 }
 
-bool avx2() {
-#ifdef POSENC_AVX2
-  return true;
-#else
-  return false;
-#endif
+// The path matvec takes: 2 AVX-512 VNNI, 1 AVX2, 0 the plain loop. set_level(k) takes min(k, the widest
+// compiled in) and returns the one it replaced (for tests that check each path; not thread-safe).
+int64_t get_level() { return level; }
+int64_t set_level(int64_t k) {
+  const int before = level;
+  level = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(k, BEST)));
+  return before;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -293,5 +431,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantise", &quantise, "the 8-bit activations the kernel uses");
   m.def("rms_norm", &rms_norm, "a decoding step's RMSNorm (see above)");
   m.def("rope", &rope, "a decoding step's RoPE rotation (see above)");
-  m.def("avx2", &avx2, "whether this build has the AVX2 path");
+  m.def("get_level", &get_level, "the path matvec takes: 2 AVX-512 VNNI, 1 AVX2, 0 a plain loop");
+  m.def("set_level", &set_level, "take a narrower path (tests); returns the previous level");
 }

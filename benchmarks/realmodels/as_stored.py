@@ -332,6 +332,7 @@ def accuracy(threads: int, long_tokens: int) -> dict[str, Any]:
                                                 "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean()),
                                                 "nll_as_stored": float(nll(a, ids[:, :2048]).mean()),
                                                 "nll_f32": float(nll(b, ids[:, :2048]).mean())}}
+    out["one_token_steps"] = one_token_steps(stored.model, ids[:, :STEP_TOKENS], b[:, :STEP_TOKENS])
     del a, b, stored
     bf16 = load_pretrained(gguf_path(), weights="dequantised", dtype="bfloat16")
     x = ids[:, :long_tokens]
@@ -349,6 +350,42 @@ def accuracy(threads: int, long_tokens: int) -> dict[str, Any]:
     out["bf16_activations"] = {"tokens": long_tokens, "seconds_f32": round(t1 - t0, 1),
                                "seconds_bf16": round(t2 - t1, 1), "buckets": buckets}
     return out
+
+
+#: tokens scored one decoding step at a time by --accuracy (fused blocks and the modules, each from an empty cache)
+STEP_TOKENS = 512
+
+
+def one_token_steps(model: Any, ids: Any, f32_logits: Any) -> dict[str, Any]:
+    """Score ``ids`` one token per step with the KV cache — the decoding path: every block fused into one kernel
+    call (``posenc.kernels.fused``), then the same with the modules (``POSENC_FUSED=0``); each against float32."""
+    import torch
+    import torch.nn.functional as F
+
+    got: dict[str, Any] = {}
+    logits = {}
+    for name, switch in (("fused", "1"), ("modules", "0")):
+        os.environ["POSENC_FUSED"] = switch
+        for layer in model.layers:
+            layer.__dict__.pop("_fused_plan", None)
+        with torch.no_grad():
+            cache, rows = model.new_cache(), []
+            t0 = time.perf_counter()
+            for s in range(ids.shape[1]):
+                rows.append(model(ids[:, s : s + 1], cache=cache))
+            seconds = time.perf_counter() - t0
+        fused_blocks = sum(bool(layer.__dict__.get("_fused_plan")) for layer in model.layers)
+        a = logits[name] = torch.cat(rows, dim=1)
+        got[name] = {"blocks_fused": fused_blocks, "ms_per_step": round(1e3 * seconds / ids.shape[1], 2),
+                     "nll": float(F.cross_entropy(a[0, :-1], ids[0, 1:])),
+                     "top1_agreement_f32": float((a.argmax(-1) == f32_logits.argmax(-1)).float().mean()),
+                     "max_abs_dlogit_f32": float((a - f32_logits).abs().max())}
+    os.environ.pop("POSENC_FUSED", None)
+    a, b = logits["fused"], logits["modules"]
+    got.update(tokens=int(ids.shape[1]), nll_f32=float(F.cross_entropy(f32_logits[0, :-1], ids[0, 1:])),
+               fused_vs_modules={"max_abs_dlogit": float((a - b).abs().max()),
+                                 "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean())})
+    return got
 
 
 def llamacpp_version() -> str | None:

@@ -163,23 +163,51 @@ class KVCache:
             self.positions = torch.cat((old, new), dim=-1)
             self._room = None
             return self.k, self.v, self.positions
-        # (held tensor, new part, the sequence dim) for keys, values, positions
-        parts = ((self.k, k, -2), (self.v, v, -2), (self.positions, new, -1))
         held, t = self.stored, k.shape[-2]
+        buffers, at = self._grow(t)
+        for buffer, part, dim in zip(buffers, (k, v, new), (-2, -2, -1)):
+            buffer.narrow(dim, at + held, part.shape[dim]).copy_(part)
+        self._hold(held + t)
+        return self.k, self.v, self.positions
+
+    def _grow(self, t: int) -> tuple[tuple[Tensor, Tensor, Tensor], int]:
+        """Room for ``t`` more tokens past what is held: the (keys, values, positions) buffers and the index of
+        the first held token in them; held tokens move to larger buffers when the room is used up."""
+        assert self.k is not None and self.v is not None and self.positions is not None
+        held = self.stored
         if self._room is None or self._room[1] + held + t > self._room[0][0].shape[-2]:
             capacity = held + t + max(GROWTH_TOKENS, (held + t) // GROWTH)
             buffers = []
-            for tensor, _, dim in parts:
+            for tensor, dim in ((self.k, -2), (self.v, -2), (self.positions, -1)):
                 shape = list(tensor.shape)
                 shape[dim] = capacity
                 buffers.append(tensor.new_empty(shape))
                 buffers[-1].narrow(dim, 0, held).copy_(tensor)
             self._room = (tuple(buffers), 0)
+        return self._room
+
+    def _hold(self, count: int) -> None:
+        """Make the held views the first ``count`` tokens of the room."""
+        assert self._room is not None
         buffers, at = self._room
-        for buffer, (_, part, dim) in zip(buffers, parts):
-            buffer.narrow(dim, at + held, t).copy_(part)
-        self.k, self.v, self.positions = (b.narrow(dim, at, held + t) for b, (_, _, dim) in zip(buffers, parts))
-        return self.k, self.v, self.positions
+        self.k, self.v, self.positions = (b.narrow(dim, at, count) for b, dim in zip(buffers, (-2, -2, -1)))
+
+    def reserve(self, positions: Tensor) -> tuple[Tensor, Tensor, int, int] | None:
+        """A slot for one token whose key and value a fused decoding step writes itself (``posenc.kernels.fused``).
+
+        Records ``positions`` (1,) and holds one more token; returns the key and value buffers
+        (B, Hkv, capacity, Dh), the index of the first held token in them and the new token's index — or None
+        (nothing changed) where the cache does not grow in place: empty, static, per-sequence positions,
+        or under ``torch.compile``. The caller must write the new key and value before anything reads them.
+        """
+        if (self.k is None or self.static or self.positions is None or self.positions.dim() != 1
+                or positions.dim() != 1 or torch.compiler.is_compiling()):
+            return None
+        held = self.stored
+        buffers, at = self._grow(1)
+        buffers[2].narrow(-1, at + held, 1).copy_(positions)
+        self._hold(held + 1)
+        return buffers[0], buffers[1], at, at + held
 
 
 def build_mask(

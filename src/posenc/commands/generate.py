@@ -71,8 +71,11 @@ def load_model(args: argparse.Namespace, *, command: str) -> Any:
         quantised = sum(isinstance(m, QuantLinear) for m in pm.model.modules())
         if quantised:
             from posenc import kernels
+            from posenc.kernels import fused
 
-            print(f"{quantised} quantised matrices on {kernels.status()}", file=sys.stderr)
+            done, blocks = fused.count(pm.model)
+            print(f"{quantised} quantised matrices on {kernels.status()}"
+                  + (f"; {done} of {blocks} blocks decode in one kernel call each" if done else ""), file=sys.stderr)
         if pm.weights in ("int8", "int4"):
             from posenc.pretrained.as_stored import logit_error
 

@@ -13,6 +13,10 @@ the first time a quantised model loads, into ``TORCH_EXTENSIONS_DIR`` (torch's d
 folder shared between machines never runs code built for another CPU. Where it cannot be built —
 no compiler, or ``POSENC_KERNELS=0`` in the environment — posenc says why once and uses PyTorch's
 int4 kernel instead (:func:`status` tells which runs).
+
+The same file holds a decoding step's RMSNorm and RoPE rotation, and ``decode_block``: a whole pre-norm
+block's step for one token in one call, which :mod:`posenc.kernels.fused` runs in place of the block's
+modules where it computes what they compute (``POSENC_FUSED=0`` switches it off).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -275,16 +276,40 @@ void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, 
 
 }  // namespace
 
-// x (…, K) float32, contiguous; weight (N, K/2) uint8 or (N, K) int8; scales (N, K/32, 2) (scale, minimum)
-// as the bits of float32 (int32) or float16 (int16); bias (N) float32 or None → (…, N) float32.
-torch::Tensor matvec(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& scales,
-                     int64_t bits, const c10::optional<torch::Tensor>& bias) {
-  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
-              "x must be a contiguous (…, K) float32 tensor");
+namespace {
+
+// A few input rows rounded once for every matrix that reads them (q, k and v read the same normed row).
+struct Rows {
+  int64_t M = 0, K = 0;
+  std::vector<int8_t> qx, swapped;  // swapped: qx in the AVX-512 path's 4-bit order (empty when not used)
+  std::vector<float> dx, sx;
+  Rows(const float* x, int64_t m, int64_t k) : M(m), K(k), qx(m * k), dx(m * (k / GROUP)), sx(m * (k / GROUP)) {
+    const int64_t G = K / GROUP;
+    for (int64_t i = 0; i < M; ++i) quantise_row(x + i * K, K, &qx[i * K], &dx[i * G], &sx[i * G]);
+#ifdef POSENC_AVX512
+    if (level >= 2) {
+      swapped.resize(M * K);
+      for (int64_t i = 0; i < M; ++i) swap_halves(&qx[i * K], K, &swapped[i * K]);
+    }
+#endif
+  }
+};
+
+// One quantised matrix as the kernel reads it (checked by check_weight).
+struct Weight {
+  const uint8_t* w;
+  const void* sm;
+  const float* bias;
+  int64_t N, K, row_bytes, bits;
+  bool half;
+};
+
+Weight check_weight(const torch::Tensor& weight, const torch::Tensor& scales, int64_t bits,
+                    const c10::optional<torch::Tensor>& bias, int64_t K) {
   TORCH_CHECK(1 <= bits && bits <= 8, "bits must be 1–8, got ", bits);
   const bool wide = bits > 4;
-  const int64_t K = x.size(-1), M = K ? x.numel() / K : 0, N = weight.size(0), G = K / GROUP;
   TORCH_CHECK(K % GROUP == 0, "K must be a multiple of 32, got ", K);
+  const int64_t N = weight.size(0), G = K / GROUP;
   TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && weight.size(1) == (wide ? K : K / 2) &&
                   weight.scalar_type() == (wide ? torch::kInt8 : torch::kUInt8),
               "weight must be contiguous (N, ", wide ? K : K / 2, ") ", wide ? "int8" : "uint8");
@@ -298,44 +323,49 @@ torch::Tensor matvec(const torch::Tensor& x, const torch::Tensor& weight, const 
                 "bias must be a contiguous (N) float32 tensor");
     b = bias->data_ptr<float>();
   }
-  auto shape = x.sizes().vec();
-  shape.back() = N;
-  auto out = torch::empty(shape, x.options());
-  std::vector<int8_t> qx(M * K);
-  std::vector<float> dx(M * G), sx(M * G);
-  const float* xp = x.data_ptr<float>();
-  for (int64_t m = 0; m < M; ++m) quantise_row(xp + m * K, K, &qx[m * K], &dx[m * G], &sx[m * G]);
-  std::vector<int8_t> swapped;
-#ifdef POSENC_AVX512
-  if (level >= 2 && !wide) {
-    swapped.resize(M * K);
-    for (int64_t m = 0; m < M; ++m) swap_halves(&qx[m * K], K, &swapped[m * K]);
-  }
-#endif
-  const int8_t* qx2 = swapped.empty() ? qx.data() : swapped.data();
-  const auto* w = reinterpret_cast<const uint8_t*>(weight.data_ptr());
-  const void* sm = scales.data_ptr();
-  float* y = out.data_ptr<float>();
-  const int64_t row_bytes = weight.size(1);
-  const float c = wide ? static_cast<float>(int64_t{1} << (bits - 1)) : 0.f;
+  return {reinterpret_cast<const uint8_t*>(weight.data_ptr()), scales.data_ptr(), b, N, K, weight.size(1), bits, half};
+}
+
+// y (M, N) = the rounded rows × the weight (+ bias), rows split over threads.
+void multiply(const Rows& x, const Weight& wt, float* y) {
+  const bool wide = wt.bits > 4;
+  const int64_t M = x.M, K = x.K, N = wt.N, G = K / GROUP;
+  const int8_t* qx2 = (wide || x.swapped.empty()) ? x.qx.data() : x.swapped.data();
+  const float c = wide ? static_cast<float>(int64_t{1} << (wt.bits - 1)) : 0.f;
   // each task takes whole blocks of rows, so that a worker's weights stay in its cache across the M inputs
   at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
     for (int64_t m = 0; m < M; ++m) {
-      const int8_t *q = &qx[m * K], *q2 = qx2 + m * K;
-      const float *d = &dx[m * G], *s = &sx[m * G];
+      const int8_t *q = &x.qx[m * K], *q2 = qx2 + m * K;
+      const float *d = &x.dx[m * G], *s = &x.sx[m * G];
       float* ym = y + m * N;
-      if (wide && half)
-        rows<true>(w, row_bytes, static_cast<const uint16_t*>(sm), c, G, q, q2, d, s, ym, n0, n1);
+      if (wide && wt.half)
+        rows<true>(wt.w, wt.row_bytes, static_cast<const uint16_t*>(wt.sm), c, G, q, q2, d, s, ym, n0, n1);
       else if (wide)
-        rows<true>(w, row_bytes, static_cast<const float*>(sm), c, G, q, q2, d, s, ym, n0, n1);
-      else if (half)
-        rows<false>(w, row_bytes, static_cast<const uint16_t*>(sm), c, G, q, q2, d, s, ym, n0, n1);
+        rows<true>(wt.w, wt.row_bytes, static_cast<const float*>(wt.sm), c, G, q, q2, d, s, ym, n0, n1);
+      else if (wt.half)
+        rows<false>(wt.w, wt.row_bytes, static_cast<const uint16_t*>(wt.sm), c, G, q, q2, d, s, ym, n0, n1);
       else
-        rows<false>(w, row_bytes, static_cast<const float*>(sm), c, G, q, q2, d, s, ym, n0, n1);
-      if (b)
-        for (int64_t n = n0; n < n1; ++n) ym[n] += b[n];
+        rows<false>(wt.w, wt.row_bytes, static_cast<const float*>(wt.sm), c, G, q, q2, d, s, ym, n0, n1);
+      if (wt.bias)
+        for (int64_t n = n0; n < n1; ++n) ym[n] += wt.bias[n];
     }
   });
+}
+
+}  // namespace
+
+// x (…, K) float32, contiguous; weight (N, K/2) uint8 or (N, K) int8; scales (N, K/32, 2) (scale, minimum)
+// as the bits of float32 (int32) or float16 (int16); bias (N) float32 or None → (…, N) float32.
+torch::Tensor matvec(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& scales,
+                     int64_t bits, const c10::optional<torch::Tensor>& bias) {
+  TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous (…, K) float32 tensor");
+  const int64_t K = x.size(-1), M = K ? x.numel() / K : 0;
+  const Weight wt = check_weight(weight, scales, bits, bias, K);
+  auto shape = x.sizes().vec();
+  shape.back() = wt.N;
+  auto out = torch::empty(shape, x.options());
+  multiply(Rows(x.data_ptr<float>(), M, K), wt, out.data_ptr<float>());
   return out;
 }
 
@@ -352,6 +382,38 @@ std::vector<torch::Tensor> quantise(const torch::Tensor& x) {
   return {qx, dx, sx};
 }
 
+namespace {
+
+// One row of rms_norm (below).
+void norm_row(const float* xr, const float* w, int64_t D, float eps, float* yr) {
+  int64_t i = 0;
+  float ss = 0.f;
+#ifdef POSENC_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= D; i += 8) {
+    const __m256 v = _mm256_loadu_ps(xr + i);
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
+  }
+  ss = hsum(acc);
+#endif
+  for (; i < D; ++i) ss += xr[i] * xr[i];
+  const float inv = 1.f / std::sqrt(ss / static_cast<float>(D) + eps);
+  for (int64_t j = 0; j < D; ++j) yr[j] = w[j] * (xr[j] * inv);
+}
+
+// One head's rotation (rope, below): Dh/2 pairs by the row's cos and sin.
+void rotate_row(const float* xr, const float* c, const float* sn, int64_t Dh, bool half, float* yr) {
+  const int64_t P = Dh / 2;
+  for (int64_t i = 0; i < P; ++i) {
+    const int64_t ia = half ? i : 2 * i, ib = half ? i + P : 2 * i + 1;
+    const float a = xr[ia], b = xr[ib];
+    yr[ia] = a * c[i] + b * -sn[i];
+    yr[ib] = b * c[i] + a * sn[i];
+  }
+}
+
+}  // namespace
+
 // x (…, D) float32 / rms(x) · weight, rms over the last dim: F.rms_norm(x, eps=eps) then weight · that, as
 // posenc's RMSNorm computes it (two roundings, no fused multiply-add: built with -ffp-contract=off), for the
 // few rows of a decoding step (one thread; the sum of squares in eight float lanes).
@@ -364,23 +426,7 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   auto out = torch::empty_like(x);
   const float *xp = x.data_ptr<float>(), *w = weight.data_ptr<float>();
   float* y = out.data_ptr<float>();
-  for (int64_t r = 0; r < R; ++r) {
-    const float* xr = xp + r * D;
-    float* yr = y + r * D;
-    int64_t i = 0;
-    float ss = 0.f;
-#ifdef POSENC_AVX2
-    __m256 acc = _mm256_setzero_ps();
-    for (; i + 8 <= D; i += 8) {
-      const __m256 v = _mm256_loadu_ps(xr + i);
-      acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
-    }
-    ss = hsum(acc);
-#endif
-    for (; i < D; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.f / std::sqrt(ss / static_cast<float>(D) + static_cast<float>(eps));
-    for (int64_t j = 0; j < D; ++j) yr[j] = w[j] * (xr[j] * inv);
-  }
+  for (int64_t r = 0; r < R; ++r) norm_row(xp + r * D, w, D, static_cast<float>(eps), y + r * D);
   return out;
 }
 
@@ -406,13 +452,119 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
     const int64_t t = r % T, crow = shared ? t : (r / (H * T)) * T + t;
     const float *c = cp + crow * P, *sn = sp + crow * P, *xr = xp + r * Dh;
     float* yr = y + r * Dh;
-    for (int64_t i = 0; i < P; ++i) {
-      const int64_t ia = half ? i : 2 * i, ib = half ? i + P : 2 * i + 1;
-      const float a = xr[ia], b = xr[ib];
-      yr[ia] = a * c[i] + b * -sn[i];
-      yr[ib] = b * c[i] + a * sn[i];
-    }
+    rotate_row(xr, c, sn, Dh, half, yr);
   }
+  return out;
+}
+
+// One pre-norm decoder block's decoding step — one sequence, one new token — in one call (posenc.kernels.fused):
+//   h = norm₁(x); q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ (+ biases); q, k rotated by cos/sin (RoPE, every pair);
+//   k, v written at `index` of the cache buffers; each query head attends, softmax(q·kᵀ · scale) · v, to the
+//   keys [start, index] of its key/value head (grouped-query: H / Hkv query heads per kv head);
+//   x₁ = x + o·Woᵀ; out = x₁ + down(silu(gate(norm₂(x₁))) · up(norm₂(x₁))).
+// The same arithmetic as posenc's modules on this kernel (RMSNorm, rope, matvec above), except attention and
+// SiLU, which round differently from PyTorch's (float32 sums in another order, std::exp): ulp-level.
+//   weights, scales, bits, biases: q, k, v, o, gate, up, down; norms, eps: the two norms';
+//   keys, values: (1, Hkv, capacity, Dh) float32 contiguous buffers (posenc.attention.KVCache's room).
+torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tensor>& norms,
+                           const std::vector<double>& eps, const std::vector<torch::Tensor>& weights,
+                           const std::vector<torch::Tensor>& scales, const std::vector<int64_t>& bits,
+                           const std::vector<c10::optional<torch::Tensor>>& biases, const torch::Tensor& cos,
+                           const torch::Tensor& sin, bool half, torch::Tensor& keys, torch::Tensor& values,
+                           int64_t start, int64_t index, double scale) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.is_contiguous(), "x must be a contiguous float32 (1, 1, D) tensor");
+  const int64_t D = x.size(-1);
+  TORCH_CHECK(x.numel() == D, "one token of one sequence: x must be (1, 1, D), got ", x.sizes());
+  TORCH_CHECK(norms.size() == 2 && eps.size() == 2 && weights.size() == 7 && scales.size() == 7 && bits.size() == 7 &&
+                  biases.size() == 7, "two norms and seven matrices (q, k, v, o, gate, up, down)");
+  for (const auto& n : norms)
+    TORCH_CHECK(n.scalar_type() == torch::kFloat32 && n.is_contiguous() && n.numel() == D, "norm weights: (D) float32");
+  TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.size(0) == 1 && keys.is_contiguous() &&
+                  values.is_contiguous() && keys.scalar_type() == torch::kFloat32 &&
+                  values.scalar_type() == torch::kFloat32, "keys, values: contiguous float32 (1, Hkv, capacity, Dh)");
+  const int64_t Hkv = keys.size(1), capacity = keys.size(2), Dh = keys.size(3), P = Dh / 2;
+  TORCH_CHECK(0 <= start && start <= index && index < capacity, "cache slots: 0 <= start <= index < capacity");
+  TORCH_CHECK(Dh % 2 == 0 && cos.numel() == P && sin.numel() == P && cos.is_contiguous() && sin.is_contiguous() &&
+                  cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32,
+              "cos, sin: Dh/2 contiguous float32 values each");
+  Weight w[7];  // q, k, v, gate and up read D inputs; o reads H·Dh, down the FFN width
+  for (int i = 0; i < 3; ++i) w[i] = check_weight(weights[i], scales[i], bits[i], biases[i], D);
+  const int64_t QD = w[0].N, H = QD / Dh;
+  TORCH_CHECK(QD % Dh == 0 && H % Hkv == 0 && w[1].N == Hkv * Dh && w[2].N == Hkv * Dh,
+              "q must give H·Dh and k, v Hkv·Dh outputs, H a multiple of Hkv");
+  w[3] = check_weight(weights[3], scales[3], bits[3], biases[3], QD);
+  TORCH_CHECK(w[3].N == D, "o must give D outputs");
+  for (int i = 4; i < 6; ++i) w[i] = check_weight(weights[i], scales[i], bits[i], biases[i], D);
+  TORCH_CHECK(w[4].N == w[5].N, "gate and up must have one width");
+  w[6] = check_weight(weights[6], scales[6], bits[6], biases[6], w[4].N);
+  TORCH_CHECK(w[6].N == D, "down must give D outputs");
+
+  const float* xp = x.data_ptr<float>();
+  std::vector<float> h(D), qkv(QD + 2 * Hkv * Dh), att(QD), x1(D), gu(2 * w[4].N);
+  norm_row(xp, norms[0].data_ptr<float>(), D, static_cast<float>(eps[0]), h.data());
+  {
+    const Rows rows(h.data(), 1, D);
+    multiply(rows, w[0], qkv.data());
+    multiply(rows, w[1], qkv.data() + QD);
+    multiply(rows, w[2], qkv.data() + QD + Hkv * Dh);
+  }
+  const float *c = cos.data_ptr<float>(), *sn = sin.data_ptr<float>();
+  float *kb = keys.data_ptr<float>(), *vb = values.data_ptr<float>();
+  std::vector<float> q(QD);
+  for (int64_t hd = 0; hd < H; ++hd) rotate_row(qkv.data() + hd * Dh, c, sn, Dh, half, q.data() + hd * Dh);
+  for (int64_t hd = 0; hd < Hkv; ++hd) {
+    rotate_row(qkv.data() + QD + hd * Dh, c, sn, Dh, half, kb + (hd * capacity + index) * Dh);
+    std::memcpy(vb + (hd * capacity + index) * Dh, qkv.data() + QD + (Hkv + hd) * Dh, Dh * sizeof(float));
+  }
+  const int64_t T = index - start + 1, group = H / Hkv;
+  // heads split over threads only where there is enough to split: a short cache's attention is microseconds
+  at::parallel_for(0, H, T * Dh >= 16384 ? 1 : H, [&](int64_t h0, int64_t h1) {
+    std::vector<float> p(T);
+    for (int64_t hd = h0; hd < h1; ++hd) {
+      const float* qh = q.data() + hd * Dh;
+      const float* kh = kb + ((hd / group) * capacity + start) * Dh;
+      const float* vh = vb + ((hd / group) * capacity + start) * Dh;
+      float top = -INFINITY;
+      for (int64_t t = 0; t < T; ++t) {
+        const float* kt = kh + t * Dh;
+        int64_t i = 0;
+        float dot = 0.f;
+#ifdef POSENC_AVX2
+        __m256 acc = _mm256_setzero_ps();
+        for (; i + 8 <= Dh; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(kt + i), acc);
+        dot = hsum(acc);
+#endif
+        for (; i < Dh; ++i) dot += qh[i] * kt[i];
+        p[t] = dot * static_cast<float>(scale);
+        top = std::max(top, p[t]);
+      }
+      float total = 0.f;
+      for (int64_t t = 0; t < T; ++t) total += (p[t] = std::exp(p[t] - top));
+      float* out = att.data() + hd * Dh;
+      std::fill(out, out + Dh, 0.f);
+      for (int64_t t = 0; t < T; ++t) {
+        const float a = p[t] / total, *vt = vh + t * Dh;
+        for (int64_t i = 0; i < Dh; ++i) out[i] += a * vt[i];
+      }
+    }
+  });
+  multiply(Rows(att.data(), 1, QD), w[3], x1.data());
+  for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + x1[i];
+  norm_row(x1.data(), norms[1].data_ptr<float>(), D, static_cast<float>(eps[1]), h.data());
+  const int64_t Fw = w[4].N;
+  {
+    const Rows rows(h.data(), 1, D);
+    multiply(rows, w[4], gu.data());
+    multiply(rows, w[5], gu.data() + Fw);
+  }
+  for (int64_t i = 0; i < Fw; ++i) {
+    const float g = gu[i];
+    gu[i] = g / (1.f + std::exp(-g)) * gu[Fw + i];
+  }
+  auto out = torch::empty_like(x);
+  float* y = out.data_ptr<float>();
+  multiply(Rows(gu.data(), 1, Fw), w[6], y);
+  for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + y[i];
   return out;
 }
 
@@ -431,6 +583,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantise", &quantise, "the 8-bit activations the kernel uses");
   m.def("rms_norm", &rms_norm, "a decoding step's RMSNorm (see above)");
   m.def("rope", &rope, "a decoding step's RoPE rotation (see above)");
+  m.def("decode_block", &decode_block, "a pre-norm block's decoding step in one call (see above)");
   m.def("get_level", &get_level, "the path matvec takes: 2 AVX-512 VNNI, 1 AVX2, 0 a plain loop");
   m.def("set_level", &set_level, "take a narrower path (tests); returns the previous level");
 }

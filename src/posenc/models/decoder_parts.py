@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc import kernels
+from posenc.kernels.fused import block_step
 
 
 #: Inputs of at most this many elements (a decoding step's few rows) take the compiled RMSNorm of
@@ -256,6 +257,10 @@ class PreNormBlock(nn.Module):
         self.ffn_norm, self.ffn = ffn_norm, ffn
 
     def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
+        if cache is not None and x.shape[1] == 1:  # a decoding step: one kernel call where the modules allow it
+            fused = block_step(self, x, positions, cache)
+            if fused is not None:
+                return fused
         h, _ = self.attn(self.attn_norm(x), q_pos=positions, causal=True, cache=cache)
         x = x + h
         return x + self.ffn(self.ffn_norm(x))

@@ -239,25 +239,30 @@ class RoPE(RotaryScheme):
         ``model.apply(init_fn)`` needs to recurse through a model holding RoPE.)
         """
         dtype = torch.float64 if x.dtype == torch.float64 else torch.float32
-        recent = self._recent_cos_sin(x, positions, dtype)
-        if recent is not None:
-            cos, sin = recent
-        else:
-            given = positions
-            positions = self.check_input(x, positions).to(x.device)
-            if type(self).cos_sin is RoPE.cos_sin:
-                cos, sin = self._cos_sin(positions, dtype)  # already checked: skip the second check
-            else:
-                cos, sin = self.cos_sin(positions, dtype=dtype)
-            self._remember_cos_sin(given, x, dtype, cos, sin)
+        cos, sin, recent = self.rows_for(x, positions, dtype)
         if positions.dim() == 2 and x.dim() == 4:
             cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # (B, 1, T, P): same for every head
         # inference only: with gradients recorded the ops must not depend on what an earlier call left
         # (activation checkpointing recomputes a layer and compares what it saved)
-        if (recent is not None and x.dtype == cos.dtype == torch.float32 and 2 * cos.shape[-1] == x.shape[-1]
+        if (recent and x.dtype == cos.dtype == torch.float32 and 2 * cos.shape[-1] == x.shape[-1]
                 and x.numel() < rotary_kernel.SMALL_NUMEL and not (torch.is_grad_enabled() and x.requires_grad)):
             return self._rotate_few(x, cos, sin)
         return apply_rotary(x, cos, sin, pairing=self.pairing)
+
+    def rows_for(self, x: Tensor, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor, bool]:
+        """The cos and sin rows (…, T, rotary_dim/2) that rotate x (…, T, Dh) by ``positions``, and whether they
+        are the last call's served again (see "the last rows served" below)."""
+        recent = self._recent_cos_sin(x, positions, dtype)
+        if recent is not None:
+            return recent[0], recent[1], True
+        given = positions
+        positions = self.check_input(x, positions).to(x.device)
+        if type(self).cos_sin is RoPE.cos_sin:
+            cos, sin = self._cos_sin(positions, dtype)  # already checked: skip the second check
+        else:
+            cos, sin = self.cos_sin(positions, dtype=dtype)
+        self._remember_cos_sin(given, x, dtype, cos, sin)
+        return cos, sin, False
 
     def _rotate_few(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         """A decoding step's rotation in a handful of ops: x·c + partner(x)·s, every coordinate of x rotated.

@@ -118,7 +118,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
         {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
     """
     from posenc.formats.gguf import (GROUP_TYPES, config_of, index_tensors, load_tensor, open_mapped,
-                                     raw_blocks, type_name)
+                                     raw_blocks, stored_pairing, type_name)
     from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
     from posenc.families import family_named
     from posenc.models.llama import build_llama
@@ -137,7 +137,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     with _meta_init():
         model = build_llama(cfg, device="meta")
     family = family_named(cfg.family)
-    source_pairing = "interleaved"  # llama.cpp's q/k row order
+    source_pairing = stored_pairing(hf, keep_interleaved=True)  # llama.cpp's q/k row order (llama: interleaved)
     stored: dict[str, str] = {}
     rest: list[tuple[str, Any]] = []
     for hf_name, t in found.items():

@@ -1,0 +1,128 @@
+"""posenc.kernels.fused: a pre-norm block's decoding step in one kernel call, against the block's own modules."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from posenc import kernels
+from posenc.kernels import fused
+from posenc.models.llama import LlamaConfig, build_llama
+from posenc.models.quant import QuantLinear, quantise_groups
+from posenc.pretrained.as_stored import _install
+
+module = kernels.load()
+pytestmark = pytest.mark.skipif(module is None, reason=f"posenc's kernel is not built here: {kernels.status()}")
+
+
+def quantised_llama(gen: torch.Generator, *, bits: int, pairing: str, bias: bool, **overrides):
+    """A random posenc Llama (random norms too) whose every projection is on posenc's kernel at ``bits``."""
+    config = LlamaConfig(vocab_size=96, dim=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=96,
+                         qkv_bias=bias, position_options={"pairing": pairing, "base": 500.0}, **overrides)
+    model = build_llama(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.rand(p.shape, generator=gen) + 0.5 if name.endswith("norm.weight")
+                    else torch.randn(p.shape, generator=gen) * 0.2)
+        for name, m in list(model.named_modules()):
+            if type(m) is nn.Linear:
+                _install(model, name, QuantLinear.from_groups(quantise_groups(m.weight, bits=bits), bias=m.bias,
+                                                              kernel="posenc"))
+    return model
+
+
+def prefilled(model, gen: torch.Generator, length: int):
+    cache = model.new_cache()
+    with torch.no_grad():
+        model.hidden(torch.randint(0, 96, (1, length), generator=gen), cache=cache)
+    return cache
+
+
+def one_step(model, cache, token: int, *, on: bool, monkeypatch) -> torch.Tensor:
+    monkeypatch.setenv("POSENC_FUSED", "1" if on else "0")
+    for layer in model.layers:
+        layer.__dict__.pop("_fused_plan", None)
+    with torch.no_grad():
+        return model.hidden(torch.tensor([[token]]), cache=cache)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_fused_step_equals_the_modules(bits: int, pairing: str, bias: bool, gen: torch.Generator,
+                                         monkeypatch) -> None:
+    """From one cache state, the fused step and the modules give the same hidden state and write the same key,
+    value and position (up to the rounding of attention, SiLU and the 8-bit activations that follow them)."""
+    model = quantised_llama(gen, bits=bits, pairing=pairing, bias=bias)
+    length = int(torch.randint(1, 150, (1,), generator=gen))  # a cache that moves to larger room, sometimes
+    cache = prefilled(model, gen, length)
+    token = int(torch.randint(0, 96, (1,), generator=gen))
+    theirs, ours = copy.deepcopy(cache), copy.deepcopy(cache)
+    want = one_step(model, theirs, token, on=False, monkeypatch=monkeypatch)
+    assert all(layer.__dict__["_fused_plan"] is False for layer in model.layers)  # switched off: modules ran
+    got = one_step(model, ours, token, on=True, monkeypatch=monkeypatch)
+    assert all(layer.__dict__["_fused_plan"] for layer in model.layers)  # the fused step ran in every block
+    assert got.shape == want.shape == (1, 1, 64)
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-3 * float(want.abs().max()))
+    for a, b in zip(ours, theirs):
+        assert a.length == b.length == length + 1 and torch.equal(a.positions, b.positions)
+        torch.testing.assert_close(a.k, b.k, rtol=0, atol=1e-5 * float(b.k.abs().max()))
+        torch.testing.assert_close(a.v, b.v, rtol=0, atol=1e-5 * float(b.v.abs().max()))
+    # the first layer's inputs are equal, so its new key and value are the modules' to the last rounding
+    torch.testing.assert_close(ours[0].k[..., -1, :], theirs[0].k[..., -1, :], rtol=1e-6, atol=1e-6)
+    assert torch.equal(ours[0].v[..., -1, :], theirs[0].v[..., -1, :])
+
+
+def test_many_fused_steps_follow_the_modules(gen: torch.Generator, monkeypatch) -> None:
+    """Twenty steps each way from one prompt: the hidden states stay together (no drift from a wrong slot)."""
+    model = quantised_llama(gen, bits=4, pairing="half", bias=False)
+    cache = prefilled(model, gen, 60)  # 60 held + 64 room: the 20 steps grow in place, then move once at most
+    tokens = torch.randint(0, 96, (20,), generator=gen).tolist()
+    runs = []
+    for on in (False, True):
+        c = copy.deepcopy(cache)
+        runs.append(torch.cat([one_step(model, c, t, on=on, monkeypatch=monkeypatch) for t in tokens], dim=1))
+    torch.testing.assert_close(runs[1], runs[0], rtol=0, atol=2e-3 * float(runs[0].abs().max()))
+
+
+def test_the_modules_run_where_the_fused_step_does_not_apply(gen: torch.Generator, monkeypatch) -> None:
+    monkeypatch.setenv("POSENC_FUSED", "1")
+    model = quantised_llama(gen, bits=4, pairing="half", bias=False)
+    block = model.layers[0]
+    cache = prefilled(model, gen, 8)
+    x, pos = torch.randn(1, 1, 64, generator=gen), torch.tensor([8])
+    with torch.no_grad():
+        assert fused.block_step(block, torch.randn(2, 1, 64), pos, cache) is None  # two sequences
+        assert fused.block_step(block, torch.randn(1, 2, 64), torch.tensor([8, 9]), cache) is None  # two tokens
+        assert fused.block_step(block, x, pos, None) is None  # no cache
+        assert fused.block_step(block, x, pos, model.new_cache()[0]) is None  # an empty cache: nothing held
+        assert cache[0].length == 8  # none of the refusals touched the cache
+    assert fused.block_step(block, x, pos, cache[0]) is None  # gradients recorded
+    with torch.no_grad():
+        assert fused.block_step(block, x, pos, cache[0]) is not None and cache[0].length == 9
+        block.attn.k_proj = nn.Linear(64, 32, bias=False)  # a module replaced (LoRA, a float layer): plan rebuilt
+        assert fused.block_step(block, x, torch.tensor([9]), cache[0]) is None
+    windowed = quantised_llama(gen, bits=4, pairing="half", bias=False, sliding_window=4)
+    wcache = prefilled(windowed, gen, 8)
+    with torch.no_grad():
+        assert fused.block_step(windowed.layers[0], x, pos, wcache[0]) is None  # a window: the modules' rule
+
+
+def test_the_kernel_refuses_wrong_cache_slots(gen: torch.Generator) -> None:
+    model = quantised_llama(gen, bits=4, pairing="half", bias=False)
+    cache = prefilled(model, gen, 8)
+    with torch.no_grad():
+        plan = fused._plan(model.layers[0])
+        assert plan
+        keys, values, start, index = cache[0].reserve(torch.tensor([8]))
+        args = (torch.randn(1, 1, 64), plan["norms"], plan["eps"], plan["weights"], plan["scales"], plan["bits"],
+                plan["biases"], torch.ones(8), torch.zeros(8), True, keys, values)
+        with pytest.raises(RuntimeError, match="start <= index < capacity"):
+            module.decode_block(*args, start, keys.shape[2], 0.25)
+        with pytest.raises(RuntimeError, match="Dh/2"):
+            module.decode_block(*args[:7], torch.ones(4), torch.zeros(4), True, keys, values, start, index, 0.25)
+        with pytest.raises(RuntimeError, match=r"\(1, 1, D\)"):
+            module.decode_block(torch.randn(2, 1, 64), *args[1:], start, index, 0.25)

@@ -195,12 +195,41 @@ def test_sliding_cache_frees_what_its_window_dropped(tok, seed) -> None:
         assert cache.k.untyped_storage().nbytes() <= 2 * 512 * 8 * 4
 
 
-def test_as_stored_is_llama_arch_only(tmp_path: Path, tok) -> None:
-    """A Gemma 3 file loads dequantised by default (its architecture read from posenc's own header walk), and
-    asking for as-stored on it is refused by name."""
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q8_0"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_as_stored_runs_every_architecture(tmp_path: Path, tok, arch: str, qtype: str, seed: int) -> None:
+    """Qwen2 (q/k/v biases), Qwen3 (QK-norm) and Gemma 3 (sandwich norms, windows, a tied Q8_0 table) run as
+    stored by default: their projections on posenc's kernel, the logits — a full forward and a cached decoding
+    step by step — within the 8-bit activations' rounding of the dequantised model (itself equal to HF's,
+    test_logits_equal_the_hf_model)."""
+    from posenc import kernels
+
+    hf = tiny_hf(arch, tok.get_vocab_size())
+    path = write_gguf(tmp_path / f"{arch}.gguf", hf, tokenizer_fields(tok), arch=arch, qtype=qtype)
+    stored, ref = load_pretrained(path), load_pretrained(path, weights="dequantised")
+    assert stored.weights == "as-stored"
+    kernel = "posenc kernel" if kernels.load() else "int4 kernel"
+    assert stored.stored["layers.0.attn.q_proj.weight"].startswith(f"{qtype} → {kernel}")
+    ids = torch.randint(0, tok.get_vocab_size(), (1, 23), generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        want = ref.model(ids)
+        scale = float(want.abs().max())
+        assert float((stored.model(ids) - want).abs().max()) < 0.05 * scale
+        cache = stored.model.new_cache()
+        steps = torch.cat([stored.model(ids[:, :3], cache=cache)]
+                          + [stored.model(ids[:, i : i + 1], cache=cache) for i in range(3, 23)], dim=1)
+    assert float((steps - want).abs().max()) < 0.05 * scale
+
+
+def test_as_stored_refuses_an_unchecked_architecture(tmp_path: Path, tok, monkeypatch) -> None:
+    """An architecture outside ``AS_STORED_ARCHS`` loads dequantised by default (read from posenc's own header
+    walk), and asking for as-stored on it is refused by name."""
+    import posenc.pretrained as pretrained
+
+    monkeypatch.setattr(pretrained, "AS_STORED_ARCHS", ("llama",))
     hf = tiny_hf("gemma3", tok.get_vocab_size())
     path = write_gguf(tmp_path / "g.gguf", hf, tokenizer_fields(tok), arch="gemma3", qtype="Q8_0")
-    assert load_pretrained(path).weights == "dequantised"
+    assert pretrained.load_pretrained(path).weights == "dequantised"
     with pytest.raises(ValueError, match=r"as-stored is checked for GGUF architectures \['llama'\] only, "
                                          r"not 'gemma3'"):
-        load_pretrained(path, weights="as-stored")
+        pretrained.load_pretrained(path, weights="as-stored")

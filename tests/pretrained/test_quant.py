@@ -97,6 +97,22 @@ def test_long_inputs_use_the_exact_weight(tmp_path: Path, seed: int, gen: torch.
         assert not torch.equal(short, F.linear(x[:3], exact))  # the kernel path: not exact
 
 
+def test_a_tall_weight_is_re_decoded_in_blocks(tmp_path: Path, seed: int, gen: torch.Generator, monkeypatch) -> None:
+    """Output rows re-decoded EXACT_ROWS at a time (a 262k-row head never whole in float32): the same product."""
+    import posenc.models.quant as quant
+
+    gq, exact = stored_groups(tmp_path, "Q4_K", seed)  # 32 rows
+    monkeypatch.setattr(quant, "EXACT_ROWS", 5)  # blocks of 5: six whole, one of 2
+    decoded = []
+    real = GroupQuant.dequantize
+    monkeypatch.setattr(GroupQuant, "dequantize", lambda self: decoded.append(self.shape[0]) or real(self))
+    layer = QuantLinear.from_groups(gq, exact=lambda: gq, kernel="posenc")
+    x = torch.randn(layer.blas_rows + 7, gq.shape[1], generator=gen)
+    want = x.double() @ exact.double().T  # each block its own BLAS call: float32 sums in another order
+    torch.testing.assert_close(layer(x).double(), want, rtol=1e-5, atol=1e-6 * float(want.abs().max()))
+    assert decoded == [5] * 6 + [2]
+
+
 def test_batch_shapes_and_bias(gen: torch.Generator) -> None:
     w, b = torch.randn(48, 64, generator=gen), torch.randn(48, generator=gen)
     layer = QuantLinear.from_groups(quantise_groups(w), bias=b, kernel="int4")

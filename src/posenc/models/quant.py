@@ -70,6 +70,8 @@ DEQUANTISE_ROWS = 256
 #: (SmolLM2's shapes, 1 thread, ``benchmarks/realmodels/kernel_rows.py``: the two are equal near 64–128 rows,
 #: where re-decoding the weight for BLAS costs as much as the kernel's products).
 KERNEL_BLAS_ROWS = 96
+#: Output rows re-decoded at a time for an input of many rows (``QuantLinear._exact_product``).
+EXACT_ROWS = 8192
 #: Rows packed per call at load time (the packing op needs int32 values: 4 bytes per weight, bounded here).
 PACK_ROWS = 4096
 
@@ -110,6 +112,11 @@ class GroupQuant:
         n, k = self.shape
         q = self.values.view(n, -1, self.group).float()  # (N, G, 32)
         return (q * self.scale[..., None] + self.minimum[..., None]).view(n, k)
+
+    def row_block(self, start: int, stop: int) -> GroupQuant:
+        """Rows ``start … stop − 1`` (views, nothing copied)."""
+        return GroupQuant(self.values[start:stop], self.scale[start:stop], self.minimum[start:stop], self.bits,
+                          self.group)
 
     def take_rows(self, index: Tensor) -> GroupQuant:
         """The same matrix with its rows reordered (q/k rows between RoPE pairings): exact."""
@@ -314,7 +321,7 @@ class QuantLinear(nn.Module):
             return self._matvec(x.float().contiguous(), b["qweight"], b["qscales"], self.bits, bias).to(x.dtype)
         rows = x.reshape(-1, self.in_features)  # (M, K)
         if self._exact is not None and rows.shape[0] >= self.blas_rows:
-            out = F.linear(rows, self._exact().dequantize().to(x.dtype))  # long inputs: BLAS on the exact weight
+            out = self._exact_product(rows)  # long inputs: BLAS on the exact weight
         else:
             xk = rows.to(KERNEL_DTYPE)
             if self.kernel == "int8":
@@ -329,6 +336,19 @@ class QuantLinear(nn.Module):
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
         return out.reshape(*x.shape[:-1], self.out_features)  # (…, N)
+
+    def _exact_product(self, rows: Tensor) -> Tensor:
+        """rows (M, K) × the exact weight, re-decoded EXACT_ROWS output rows at a time: a large head (Gemma 3's
+        262,144 × 640) is never whole in float32 (671 MB, and as much again while it is formed)."""
+        assert self._exact is not None
+        gq = self._exact()
+        n = gq.shape[0]
+        if n <= EXACT_ROWS:
+            return F.linear(rows, gq.dequantize().to(rows.dtype))
+        out = rows.new_empty(rows.shape[0], n)
+        for r0 in range(0, n, EXACT_ROWS):
+            out[:, r0 : r0 + EXACT_ROWS] = F.linear(rows, gq.row_block(r0, r0 + EXACT_ROWS).dequantize().to(rows.dtype))
+        return out
 
     def describe_kernel(self) -> str:
         """What multiplies few rows: "posenc kernel, 4-bit", "int4 kernel ×2 planes", "int8 kernel"."""

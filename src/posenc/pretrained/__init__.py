@@ -30,8 +30,9 @@ from posenc.models.llama import LlamaConfig, LlamaLM
 from posenc.models.seq2seq import Seq2SeqConfig
 from posenc.pretrained.tokenizer import Tokenizer
 
-#: GGUF architectures whose as-stored (quantised) path is verified against HF; others load dequantised.
-AS_STORED_ARCHS = ("llama",)
+#: GGUF architectures whose as-stored (quantised) path is checked against their dequantised load (itself equal
+#: to HF's): every architecture posenc reads from GGUF. Others would load dequantised.
+AS_STORED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -88,7 +89,7 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
         # element (~147,000 for SmolLM2's vocabulary), 2-6 s of a 6 s as-stored load measured here
         mapped = open_mapped(path)  # walked once: the as-stored loader below reuses it
         arch = mapped.metadata.get("general.architecture")
-        if arch not in AS_STORED_ARCHS:  # checked against HF on llama files only: others run dequantised
+        if arch not in AS_STORED_ARCHS:  # not checked: dequantised
             if asked == "as-stored":
                 raise ValueError(f"{path}: --weights as-stored is checked for GGUF architectures "
                                  f"{list(AS_STORED_ARCHS)} only, not {arch!r}; use --weights dequantised")

@@ -160,16 +160,19 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
             rest.append((hf_name, t))
             continue
         order = _row_order(name, model, source_pairing)
+        # a bias (Qwen2's q/k/v) stays a float tensor: a placeholder here, filled (rows ordered) with the rest below
+        bias = None if getattr(module, "bias", None) is None else torch.empty(module.out_features, device="meta")
         if order is None:
             exact = partial(_groups, raw, kind)
         else:
             exact = lambda raw=raw, kind=kind, order=order: _groups(raw, kind).take_rows(order)  # noqa: E731
         if kind in ("Q4_0", "Q4_1") and kernels.load() is not None:  # the blocks' bytes are the kernel's layout
             nibbles, scale, minimum = (t if order is None else t[order] for t in _stored_nibbles(raw, kind))
-            ql = QuantLinear.from_packed(nibbles, scale, minimum, 4, exact=exact, stored=kind)
+            ql = QuantLinear.from_packed(nibbles, scale, minimum, 4, bias=bias, exact=exact, stored=kind)
         else:
             gq = _groups(raw, kind)
-            ql = QuantLinear.from_groups(gq if order is None else gq.take_rows(order), exact=exact, stored=kind)
+            ql = QuantLinear.from_groups(gq if order is None else gq.take_rows(order), bias=bias, exact=exact,
+                                         stored=kind)
         _install(model, name, QuantHead.of(ql, tied=False) if name == "head.weight" else ql)
         stored[name] = f"{kind} → {ql.describe_kernel()}"
     tensors = ((n, load_tensor(t, n, hf, path, keep_interleaved=True)) for n, t in rest)

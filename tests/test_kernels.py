@@ -71,7 +71,8 @@ def test_scales_are_float16_only_when_exact(gen: torch.Generator) -> None:
 
 
 @needs_kernel
-def test_activations_are_rounded_as_written(gen: torch.Generator) -> None:
+def test_activations_are_rounded_as_written(level: int, gen: torch.Generator) -> None:
+    """Each path's rounding of the activations (AVX-512's vectorised one included) gives the same integers."""
     x = torch.randn(5, 160, generator=gen) * torch.rand(5, 160, generator=gen) * 3
     x[2, 32:64] = 0  # a group of zeros: d = 0, q = 0
     qx, d, sx = module.quantise(x)
@@ -104,12 +105,13 @@ def level(request):
 @pytest.mark.parametrize("bits", [2, 4, 5, 6, 8])
 @pytest.mark.parametrize("half", [True, False])
 def test_kernel_equals_the_formula(bits: int, half: bool, level: int, gen: torch.Generator) -> None:
-    """Every output of the kernel, on each of its paths (N not a multiple of its 4-row blocks: the tail loop
-    runs too; K an odd or even number of groups: the AVX-512 path's odd last group too) against the float64
+    """Every output of the kernel, on each of its paths (N not a multiple of its 4-row blocks, M of its blocks of
+    four inputs: the tail loops run too; K an odd or even number of groups: the AVX-512 path's odd last group too) against the float64
     formula; then against the exact product, within the bound the 8-bit activations set."""
     assert module.get_level() == level
     n = 4 * int(torch.randint(1, 20, (1,), generator=gen)) + int(torch.randint(1, 4, (1,), generator=gen))
-    k, m = 32 * int(torch.randint(1, 12, (1,), generator=gen)), int(torch.randint(1, 6, (1,), generator=gen))
+    # m: one row (decoding) to a few blocks of four (the AVX-512 path's 4 × 4 blocks, and the rows left over)
+    k, m = 32 * int(torch.randint(1, 12, (1,), generator=gen)), int(torch.randint(1, 14, (1,), generator=gen))
     gq = random_groups(gen, n, k, bits, half=half)
     x = torch.randn(m, k, generator=gen)
     out = module.matvec(x, kernels.pack(gq.values, bits), kernels.pack_scales(gq.scale, gq.minimum), bits)

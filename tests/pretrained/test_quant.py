@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from gguf_helpers import gguf, tiny_llama, tokenizer_fields, train_tokenizer, write_gguf
 from posenc.formats.gguf import BLOCK_BYTES, GROUP_TYPES, decode_groups, dequantize, open_gguf, raw_blocks
 from posenc import kernels
-from posenc.models.quant import (DEQUANTISE_ROWS, KERNEL_BLAS_ROWS, GroupQuant, QuantLinear, int8_rows, kernel_weight,
+from posenc.models.quant import (DEQUANTISE_ROWS, GroupQuant, QuantLinear, int8_rows, kernel_blas_rows, kernel_weight,
                                  quantise_groups)
 from posenc.pretrained import load_pretrained
 from posenc.pretrained.as_stored import check_weights
@@ -89,7 +89,7 @@ def test_long_inputs_use_the_exact_weight(tmp_path: Path, seed: int, gen: torch.
     gq, exact = stored_groups(tmp_path, "Q4_K", seed)
     for kernel in ("int4", "posenc"):
         layer = QuantLinear.from_groups(gq, exact=lambda: gq, kernel=kernel)
-        assert layer.blas_rows == (DEQUANTISE_ROWS if kernel == "int4" else KERNEL_BLAS_ROWS)
+        assert layer.blas_rows == (DEQUANTISE_ROWS if kernel == "int4" else kernel_blas_rows())
         x = torch.randn(layer.blas_rows, gq.shape[1], generator=gen)
         torch.testing.assert_close(layer(x), F.linear(x, exact), rtol=1e-5, atol=1e-5)
         assert torch.equal(layer.exact_weight(), exact)

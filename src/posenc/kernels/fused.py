@@ -108,8 +108,8 @@ def block_step(block: Any, x: Tensor, positions: Tensor, cache: Any) -> Tensor |
         return None
     keys, values, start, index = slot
     return plan["module"].decode_block(x, plan["norms"], plan["eps"], plan["weights"], plan["scales"], plan["bits"],
-                                       plan["biases"], cos.contiguous(), sin.contiguous(), plan["half"], keys, values, start, index,
-                                       plan["scale"])
+                                       plan["biases"], cos.contiguous(), sin.contiguous(), plan["half"], keys,
+                                       values, start, index, plan["scale"])
 
 
 def count(model: Any) -> tuple[int, int]:

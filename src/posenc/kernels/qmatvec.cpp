@@ -67,19 +67,36 @@ int level = BEST;
 #endif
 
 // One input row → qx (K int8), dx and sx (G floats each): sx = dx · Σ qx, the rounded group's sum.
+// (The AVX-512 form below computes the same values: |x| max, x · (1/d) rounded to nearest even, exactly.)
 void quantise_row(const float* x, int64_t K, int8_t* qx, float* dx, float* sx) {
   for (int64_t g = 0; g < K / GROUP; ++g) {
     const float* xg = x + g * GROUP;
     float amax = 0.f;
-    for (int64_t i = 0; i < GROUP; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
+#ifdef POSENC_AVX512
+    __m512 v0 = _mm512_setzero_ps(), v1 = v0;
+    if (level >= 2) {
+      v0 = _mm512_loadu_ps(xg), v1 = _mm512_loadu_ps(xg + 16);
+      amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    } else
+#endif
+      for (int64_t i = 0; i < GROUP; ++i) amax = std::fmax(amax, std::fabs(xg[i]));
     const float d = amax / 127.f;
     const float inv = d > 0.f ? 1.f / d : 0.f;
     int32_t sum = 0;
-    for (int64_t i = 0; i < GROUP; ++i) {
-      const int8_t q = static_cast<int8_t>(std::nearbyint(xg[i] * inv));
-      qx[g * GROUP + i] = q;
-      sum += q;
-    }
+#ifdef POSENC_AVX512
+    if (level >= 2) {
+      const __m512 s = _mm512_set1_ps(inv);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, s)), q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, s));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qx + g * GROUP), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qx + g * GROUP + 16), _mm512_cvtepi32_epi8(q1));
+      sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+    } else
+#endif
+      for (int64_t i = 0; i < GROUP; ++i) {
+        const int8_t q = static_cast<int8_t>(std::nearbyint(xg[i] * inv));
+        qx[g * GROUP + i] = q;
+        sum += q;
+      }
     dx[g] = d;
     sx[g] = d * static_cast<float>(sum);
   }
@@ -274,6 +291,87 @@ void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, 
   }
 }
 
+#ifdef POSENC_AVX512
+// Four input rows × four weight rows (AVX-512 VNNI): y[m][n + r] for m < 4, r < 4, each weight vector unpacked
+// once for the four inputs and each input vector loaded once for the four weights — the long inputs of a
+// prefill. Per two groups and (m, r): one dpbusd, one conversion, a multiply by dx and a multiply-add by the
+// weight's scale. qx2, dx, sx, y point at input row m0 (strides K, G, G, N).
+template <bool Wide, typename S>
+void block4x4(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, int64_t K, const int8_t* qx2,
+              const float* dx, const float* sx, float* y, int64_t N, int64_t n, int64_t ahead_bytes) {
+  constexpr int64_t group_bytes = Wide ? GROUP : GROUP / 2;
+  constexpr int64_t CHUNK = 64;
+  alignas(64) float sw[4][CHUNK];
+  const __mmask16 second = Wide ? 0xFF00 : 0xF0F0;
+  __m512 acc[4][4];
+  alignas(64) float off[4][4][16] = {};
+  float tail[4][4] = {};
+  for (int m = 0; m < 4; ++m)
+    for (int r = 0; r < 4; ++r) acc[m][r] = _mm512_setzero_ps();
+  for (int64_t g0 = 0; g0 < G; g0 += CHUNK) {
+    const int64_t g1 = std::min(G, g0 + CHUNK);
+    for (int64_t g = g0; g < g1; g += 16) {
+      const int64_t count = std::min<int64_t>(16, g1 - g);
+      const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+      for (int r = 0; r < 4; ++r) {
+        __m512 scale, minimum;
+        pairs16(sm + 2 * ((n + r) * G + g), count, scale, minimum);
+        _mm512_store_ps(&sw[r][g - g0], scale);
+        const __m512 centred = _mm512_fmadd_ps(_mm512_set1_ps(c), scale, minimum);
+        for (int m = 0; m < 4; ++m) {
+          const __m512 sum = _mm512_maskz_loadu_ps(mask, sx + m * G + g);
+          _mm512_store_ps(off[m][r], _mm512_fmadd_ps(centred, sum, _mm512_load_ps(off[m][r])));
+        }
+      }
+    }
+    int64_t g = g0;
+    for (; g + 2 <= g1; g += 2) {
+      __m512i ym[4];
+      __m512 dm[4];
+      for (int m = 0; m < 4; ++m) {
+        ym[m] = _mm512_loadu_si512(qx2 + m * K + g * GROUP);
+        dm[m] = _mm512_mask_blend_ps(second, _mm512_set1_ps(dx[m * G + g]), _mm512_set1_ps(dx[m * G + g + 1]));
+      }
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* wg = w + (n + r) * row_bytes + g * group_bytes;
+        _mm_prefetch(reinterpret_cast<const char*>(wg) + ahead_bytes, _MM_HINT_T0);
+        const __m512 sv = _mm512_mask_blend_ps(second, _mm512_set1_ps(sw[r][g - g0]), _mm512_set1_ps(sw[r][g - g0 + 1]));
+        if constexpr (Wide) {
+          const __m512i q = _mm512_loadu_si512(wg);
+          const __mmask64 negative = _mm512_movepi8_mask(q);
+          const __m512i a = _mm512_abs_epi8(q);
+          for (int m = 0; m < 4; ++m) {
+            const __m512i ys = _mm512_mask_sub_epi8(ym[m], negative, _mm512_setzero_si512(), ym[m]);
+            const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), a, ys));
+            acc[m][r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dm[m]), sv, acc[m][r]);
+          }
+        } else {
+          const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg));
+          const __m512i a = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1),
+                                             _mm512_set1_epi8(0x0F));
+          for (int m = 0; m < 4; ++m) {
+            const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), a, ym[m]));
+            acc[m][r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dm[m]), sv, acc[m][r]);
+          }
+        }
+      }
+    }
+    if (g < g1) {  // an odd last group: 256 bits, qx in its natural order there
+      for (int m = 0; m < 4; ++m) {
+        const __m256i y8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx2 + m * K + g * GROUP));
+        for (int r = 0; r < 4; ++r) {
+          const __m256i d = group_dot<Wide>(w + (n + r) * row_bytes + g * group_bytes, y8);
+          tail[m][r] = hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sw[r][g - g0] * dx[m * G + g])));
+        }
+      }
+    }
+  }
+  for (int m = 0; m < 4; ++m)
+    for (int r = 0; r < 4; ++r)
+      y[m * N + n + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m][r], _mm512_load_ps(off[m][r]))) + tail[m][r];
+}
+#endif
+
 }  // namespace
 
 namespace {
@@ -285,13 +383,17 @@ struct Rows {
   std::vector<float> dx, sx;
   Rows(const float* x, int64_t m, int64_t k) : M(m), K(k), qx(m * k), dx(m * (k / GROUP)), sx(m * (k / GROUP)) {
     const int64_t G = K / GROUP;
-    for (int64_t i = 0; i < M; ++i) quantise_row(x + i * K, K, &qx[i * K], &dx[i * G], &sx[i * G]);
 #ifdef POSENC_AVX512
-    if (level >= 2) {
-      swapped.resize(M * K);
-      for (int64_t i = 0; i < M; ++i) swap_halves(&qx[i * K], K, &swapped[i * K]);
-    }
+    if (level >= 2) swapped.resize(M * K);
 #endif
+    at::parallel_for(0, M, 64, [&](int64_t m0, int64_t m1) {  // a prefill's thousands of rows: split too
+      for (int64_t i = m0; i < m1; ++i) {
+        quantise_row(x + i * K, K, &qx[i * K], &dx[i * G], &sx[i * G]);
+#ifdef POSENC_AVX512
+        if (!swapped.empty()) swap_halves(&qx[i * K], K, &swapped[i * K]);
+#endif
+      }
+    });
   }
 };
 
@@ -332,23 +434,44 @@ void multiply(const Rows& x, const Weight& wt, float* y) {
   const int64_t M = x.M, K = x.K, N = wt.N, G = K / GROUP;
   const int8_t* qx2 = (wide || x.swapped.empty()) ? x.qx.data() : x.swapped.data();
   const float c = wide ? static_cast<float>(int64_t{1} << (wt.bits - 1)) : 0.f;
+  const auto* half = static_cast<const uint16_t*>(wt.sm);
+  const auto* full = static_cast<const float*>(wt.sm);
+  // weight rows [na, nb) for input row m
+  auto one = [&](int64_t m, int64_t na, int64_t nb) {
+    const int8_t *q = &x.qx[m * K], *q2 = qx2 + m * K;
+    const float *d = &x.dx[m * G], *s = &x.sx[m * G];
+    float* ym = y + m * N;
+    if (wide && wt.half) rows<true>(wt.w, wt.row_bytes, half, c, G, q, q2, d, s, ym, na, nb);
+    else if (wide) rows<true>(wt.w, wt.row_bytes, full, c, G, q, q2, d, s, ym, na, nb);
+    else if (wt.half) rows<false>(wt.w, wt.row_bytes, half, c, G, q, q2, d, s, ym, na, nb);
+    else rows<false>(wt.w, wt.row_bytes, full, c, G, q, q2, d, s, ym, na, nb);
+  };
   // each task takes whole blocks of rows, so that a worker's weights stay in its cache across the M inputs
   at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
-    for (int64_t m = 0; m < M; ++m) {
-      const int8_t *q = &x.qx[m * K], *q2 = qx2 + m * K;
-      const float *d = &x.dx[m * G], *s = &x.sx[m * G];
-      float* ym = y + m * N;
-      if (wide && wt.half)
-        rows<true>(wt.w, wt.row_bytes, static_cast<const uint16_t*>(wt.sm), c, G, q, q2, d, s, ym, n0, n1);
-      else if (wide)
-        rows<true>(wt.w, wt.row_bytes, static_cast<const float*>(wt.sm), c, G, q, q2, d, s, ym, n0, n1);
-      else if (wt.half)
-        rows<false>(wt.w, wt.row_bytes, static_cast<const uint16_t*>(wt.sm), c, G, q, q2, d, s, ym, n0, n1);
-      else
-        rows<false>(wt.w, wt.row_bytes, static_cast<const float*>(wt.sm), c, G, q, q2, d, s, ym, n0, n1);
-      if (wt.bias)
-        for (int64_t n = n0; n < n1; ++n) ym[n] += wt.bias[n];
+    int64_t m = 0;
+#ifdef POSENC_AVX512
+    if (level >= 2 && M >= 4) {  // blocks of four inputs × four weight rows; what is left row by row
+      const int64_t ahead = std::max<int64_t>(4, AHEAD / wt.row_bytes) * wt.row_bytes;
+      const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
+      for (; m + 4 <= M; m += 4) {
+        const int8_t* q2 = qx2 + m * K;
+        const float *d = &x.dx[m * G], *s = &x.sx[m * G];
+        float* ym = y + m * N;
+        for (int64_t n = n0; n < n4; n += 4) {
+          if (wide && wt.half) block4x4<true>(wt.w, wt.row_bytes, half, c, G, K, q2, d, s, ym, N, n, ahead);
+          else if (wide) block4x4<true>(wt.w, wt.row_bytes, full, c, G, K, q2, d, s, ym, N, n, ahead);
+          else if (wt.half) block4x4<false>(wt.w, wt.row_bytes, half, c, G, K, q2, d, s, ym, N, n, ahead);
+          else block4x4<false>(wt.w, wt.row_bytes, full, c, G, K, q2, d, s, ym, N, n, ahead);
+        }
+        if (n4 < n1)
+          for (int64_t i = 0; i < 4; ++i) one(m + i, n4, n1);
+      }
     }
+#endif
+    for (; m < M; ++m) one(m, n0, n1);
+    if (wt.bias)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t n = n0; n < n1; ++n) y[i * N + n] += wt.bias[n];
   });
 }
 
@@ -472,7 +595,8 @@ torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tens
                            const std::vector<c10::optional<torch::Tensor>>& biases, const torch::Tensor& cos,
                            const torch::Tensor& sin, bool half, torch::Tensor& keys, torch::Tensor& values,
                            int64_t start, int64_t index, double scale) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.is_contiguous(), "x must be a contiguous float32 (1, 1, D) tensor");
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous float32 (1, 1, D) tensor");
   const int64_t D = x.size(-1);
   TORCH_CHECK(x.numel() == D, "one token of one sequence: x must be (1, 1, D), got ", x.sizes());
   TORCH_CHECK(norms.size() == 2 && eps.size() == 2 && weights.size() == 7 && scales.size() == 7 && bits.size() == 7 &&

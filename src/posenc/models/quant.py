@@ -66,10 +66,20 @@ KERNEL_DTYPE = torch.bfloat16
 #: Inputs with at least this many rows multiply by the exact float weight through BLAS when the
 #: stored blocks can be re-decoded (measured on 2 AVX2 cores: the int4 kernel is faster below ~256 rows).
 DEQUANTISE_ROWS = 256
-#: Inputs with at least this many rows go to BLAS on the exact weight when posenc's kernel holds the matrix
-#: (SmolLM2's shapes, 1 thread, ``benchmarks/realmodels/kernel_rows.py``: the two are equal near 64–128 rows,
-#: where re-decoding the weight for BLAS costs as much as the kernel's products).
-KERNEL_BLAS_ROWS = 96
+#: Inputs with at least this many rows go to BLAS on the exact weight when posenc's kernel holds the matrix, by
+#: the kernel's path (``posenc.kernels.LEVELS``). SmolLM2's shapes, 1 thread, ``benchmarks/realmodels/kernel_rows.py``:
+#: AVX2 (2-core EPYC) equal near 64–128 rows, where re-decoding the weight for BLAS costs as much as the
+#: kernel's products; AVX-512 VNNI (2-core EPYC, 4 × 4 blocks) the kernel 2–2.9× faster at 128 rows and
+#: 1.3–1.5× at 2,048. There the limit is not speed but exactness: a pass of 4,096 rows or more (scoring, the
+#: extension grids) multiplies the exact stored weight, its loss not moved by the 8-bit activations.
+KERNEL_BLAS_ROWS_BY_LEVEL = (96, 96, 4096)
+KERNEL_BLAS_ROWS = KERNEL_BLAS_ROWS_BY_LEVEL[1]  # the AVX2 figure (a kernel's own: ``kernel_blas_rows()``)
+
+
+def kernel_blas_rows() -> int:
+    """The input rows from which posenc's kernel hands a product to BLAS here (its path's measured crossover)."""
+    module = kernels.loaded()
+    return KERNEL_BLAS_ROWS if module is None else KERNEL_BLAS_ROWS_BY_LEVEL[module.get_level()]
 #: Output rows re-decoded at a time for an input of many rows (``QuantLinear._exact_product``).
 EXACT_ROWS = 8192
 #: Rows packed per call at load time (the packing op needs int32 values: 4 bytes per weight, bounded here).
@@ -253,7 +263,7 @@ class QuantLinear(nn.Module):
         self.in_features, self.out_features, self.stored = in_features, out_features, stored
         self.kernel = "posenc" if packed is not None else "int4" if planes is not None else "int8"
         self.group = GROUP
-        self.blas_rows = KERNEL_BLAS_ROWS if packed is not None else DEQUANTISE_ROWS
+        self.blas_rows = kernel_blas_rows() if packed is not None else DEQUANTISE_ROWS
         if packed is not None:
             self.register_buffer("qweight", packed[0])
             self.register_buffer("qscales", packed[1])  # float bits as integers: model.to(dtype) leaves them

@@ -199,10 +199,11 @@ def test_rope_equals_the_reference_bit_for_bit(pairing: str, per_sequence: bool,
 
 @needs_kernel
 def test_rms_norm_equals_the_reference(gen: torch.Generator) -> None:
-    """The decoding step's RMSNorm against F.rms_norm then the gain (summed in another order: within 2 ulp)."""
+    """The decoding step's RMSNorm against F.rms_norm then the gain, summed in another order: within 4 ulp
+    (2,000 seeds: at most 2 ulp where torch sums in 8 lanes (AVX2), 3.1 where it sums in 16 (AVX-512))."""
     d = int(torch.randint(1, 700, (1,), generator=gen))
     x, w = torch.randn(3, 2, d, generator=gen) * 7, torch.randn(d, generator=gen)
     ref = w * F.rms_norm(x, (d,), eps=1e-6)
-    torch.testing.assert_close(module.rms_norm(x, w, 1e-6), ref, rtol=2 * 2**-23, atol=1e-7)
+    torch.testing.assert_close(module.rms_norm(x, w, 1e-6), ref, rtol=4 * 2**-23, atol=1e-7)
     with pytest.raises(RuntimeError, match="weight"):
         module.rms_norm(x, w[:-1].contiguous() if d > 1 else torch.ones(2), 1e-6)

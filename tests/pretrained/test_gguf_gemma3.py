@@ -45,7 +45,7 @@ def hf_model(path):
 def posenc_model(path):
     from posenc.pretrained import load_pretrained
 
-    return load_pretrained(path)
+    return load_pretrained(path, weights="dequantised")  # the loader against HF: the weights as HF holds them
 
 
 def gpl_ids(tokenizer) -> torch.Tensor:

@@ -589,27 +589,88 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
   return out;
 }
 
-// One pre-norm decoder block's decoding step — one sequence, one new token — in one call (posenc.kernels.fused):
-//   h = norm₁(x); q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ (+ biases); q, k rotated by cos/sin (RoPE, every pair);
-//   k, v written at `index` of the cache buffers; each query head attends, softmax(q·kᵀ · scale) · v, to the
-//   keys [start, index] of its key/value head (grouped-query: H / Hkv query heads per kv head);
-//   x₁ = x + o·Woᵀ; out = x₁ + down(silu(gate(norm₂(x₁))) · up(norm₂(x₁))).
-// The same arithmetic as posenc's modules on this kernel (RMSNorm, rope, matvec above), except attention and
-// SiLU, which round differently from PyTorch's (float32 sums in another order, std::exp): ulp-level.
-//   weights, scales, bits, biases: q, k, v, o, gate, up, down; norms, eps: the two norms';
+namespace {
+
+// A matrix of decode_block: quantised (bits 1–8, the kernel's layout) or float32 (bits 0: (N, K) as the file
+// gave it in a type the kernel does not take, e.g. GGUF's Q6_K), multiplied the way posenc's modules do:
+// the kernel's product, or float32 dot products (F.linear's, summed in another order).
+struct Mat {
+  Weight q{};
+  const float* f = nullptr;
+  const float* bias = nullptr;
+  int64_t N = 0, K = 0;
+
+  void run(const float* x, const Rows& rows, float* y) const {
+    if (!f) return multiply(rows, q, y);
+    at::parallel_for(0, N, std::max<int64_t>(16, TASK_BYTES / (4 * K)), [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {
+        const float* wr = f + n * K;
+        int64_t i = 0;
+        float dot = 0.f;
+#ifdef POSENC_AVX2
+        __m256 acc = _mm256_setzero_ps();
+        for (; i + 8 <= K; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), acc);
+        dot = hsum(acc);
+#endif
+        for (; i < K; ++i) dot += wr[i] * x[i];
+        y[n] = bias ? dot + bias[n] : dot;
+      }
+    });
+  }
+};
+
+Mat check_mat(const torch::Tensor& weight, const torch::Tensor& scales, int64_t bits,
+              const c10::optional<torch::Tensor>& bias, int64_t K) {
+  if (bits != 0) {
+    Mat m;
+    m.q = check_weight(weight, scales, bits, bias, K);
+    m.N = m.q.N, m.K = K;
+    return m;
+  }
+  TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && weight.size(1) == K &&
+                  weight.scalar_type() == torch::kFloat32, "a float weight (bits 0) must be contiguous (N, ", K,
+              ") float32");
+  Mat m;
+  m.f = weight.data_ptr<float>(), m.N = weight.size(0), m.K = K;
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->scalar_type() == torch::kFloat32 && bias->is_contiguous() && bias->numel() == m.N,
+                "bias must be a contiguous (N) float32 tensor");
+    m.bias = bias->data_ptr<float>();
+  }
+  return m;
+}
+
+}  // namespace
+
+// One decoder block's decoding step — one sequence, one new token — in one call (posenc.kernels.fused).
+// Pre-norm (Llama: two norms) or sandwich (Gemma: four, a norm before and after each branch):
+//   h = n₁(x); q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ (+ biases); optionally each head's q and k normed (QK-norm);
+//   q, k rotated by cos/sin (RoPE, every pair); k, v written at `index` of the cache buffers; each query head
+//   attends, softmax(q·kᵀ · scale) · v, to the keys [start, index] of its key/value head (grouped-query:
+//   H / Hkv query heads per kv head); a = o·Woᵀ; x₁ = x + a (sandwich: x + n₂(a));
+//   f = down(act(gate(n(x₁))) · up(n(x₁))), act SiLU (0) or tanh-GELU (1); out = x₁ + f (sandwich: x₁ + n₄(f)).
+// The norms' weights are what multiplies x/rms(x) (Gemma's 1 + g, formed by the caller). The same arithmetic as
+// posenc's modules on this kernel (RMSNorm, rope, matvec above), except attention and the activations, which
+// round differently from PyTorch's (float32 sums in another order, std::exp, std::tanh): ulp-level.
+//   weights, scales, bits, biases: q, k, v, o, gate, up, down (bits 0: a float32 (N, K) weight, scales unused);
+//   norms, eps: two or four; qk_norms: none or two;
 //   keys, values: (1, Hkv, capacity, Dh) float32 contiguous buffers (posenc.attention.KVCache's room).
 torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tensor>& norms,
                            const std::vector<double>& eps, const std::vector<torch::Tensor>& weights,
                            const std::vector<torch::Tensor>& scales, const std::vector<int64_t>& bits,
-                           const std::vector<c10::optional<torch::Tensor>>& biases, const torch::Tensor& cos,
+                           const std::vector<c10::optional<torch::Tensor>>& biases,
+                           const std::vector<torch::Tensor>& qk_norms, double qk_eps, const torch::Tensor& cos,
                            const torch::Tensor& sin, bool half, torch::Tensor& keys, torch::Tensor& values,
-                           int64_t start, int64_t index, double scale) {
+                           int64_t start, int64_t index, double scale, int64_t activation) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
               "x must be a contiguous float32 (1, 1, D) tensor");
   const int64_t D = x.size(-1);
   TORCH_CHECK(x.numel() == D, "one token of one sequence: x must be (1, 1, D), got ", x.sizes());
-  TORCH_CHECK(norms.size() == 2 && eps.size() == 2 && weights.size() == 7 && scales.size() == 7 && bits.size() == 7 &&
-                  biases.size() == 7, "two norms and seven matrices (q, k, v, o, gate, up, down)");
+  const bool sandwich = norms.size() == 4;
+  TORCH_CHECK((norms.size() == 2 || sandwich) && eps.size() == norms.size() && weights.size() == 7 &&
+                  scales.size() == 7 && bits.size() == 7 && biases.size() == 7,
+              "two or four norms and seven matrices (q, k, v, o, gate, up, down)");
+  TORCH_CHECK(activation == 0 || activation == 1, "activation: 0 (SiLU) or 1 (tanh-GELU), got ", activation);
   for (const auto& n : norms)
     TORCH_CHECK(n.scalar_type() == torch::kFloat32 && n.is_contiguous() && n.numel() == D, "norm weights: (D) float32");
   TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.size(0) == 1 && keys.is_contiguous() &&
@@ -620,26 +681,41 @@ torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tens
   TORCH_CHECK(Dh % 2 == 0 && cos.numel() == P && sin.numel() == P && cos.is_contiguous() && sin.is_contiguous() &&
                   cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32,
               "cos, sin: Dh/2 contiguous float32 values each");
-  Weight w[7];  // q, k, v, gate and up read D inputs; o reads H·Dh, down the FFN width
-  for (int i = 0; i < 3; ++i) w[i] = check_weight(weights[i], scales[i], bits[i], biases[i], D);
+  TORCH_CHECK(qk_norms.empty() || qk_norms.size() == 2, "qk_norms: none, or the query and key norms' weights");
+  for (const auto& n : qk_norms)
+    TORCH_CHECK(n.scalar_type() == torch::kFloat32 && n.is_contiguous() && n.numel() == Dh,
+                "QK-norm weights: (Dh) float32");
+  Mat w[7];  // q, k, v, gate and up read D inputs; o reads H·Dh, down the FFN width
+  for (int i = 0; i < 3; ++i) w[i] = check_mat(weights[i], scales[i], bits[i], biases[i], D);
   const int64_t QD = w[0].N, H = QD / Dh;
   TORCH_CHECK(QD % Dh == 0 && H % Hkv == 0 && w[1].N == Hkv * Dh && w[2].N == Hkv * Dh,
               "q must give H·Dh and k, v Hkv·Dh outputs, H a multiple of Hkv");
-  w[3] = check_weight(weights[3], scales[3], bits[3], biases[3], QD);
+  w[3] = check_mat(weights[3], scales[3], bits[3], biases[3], QD);
   TORCH_CHECK(w[3].N == D, "o must give D outputs");
-  for (int i = 4; i < 6; ++i) w[i] = check_weight(weights[i], scales[i], bits[i], biases[i], D);
+  for (int i = 4; i < 6; ++i) w[i] = check_mat(weights[i], scales[i], bits[i], biases[i], D);
   TORCH_CHECK(w[4].N == w[5].N, "gate and up must have one width");
-  w[6] = check_weight(weights[6], scales[6], bits[6], biases[6], w[4].N);
+  w[6] = check_mat(weights[6], scales[6], bits[6], biases[6], w[4].N);
   TORCH_CHECK(w[6].N == D, "down must give D outputs");
 
   const float* xp = x.data_ptr<float>();
-  std::vector<float> h(D), qkv(QD + 2 * Hkv * Dh), att(QD), x1(D), gu(2 * w[4].N);
-  norm_row(xp, norms[0].data_ptr<float>(), D, static_cast<float>(eps[0]), h.data());
+  const auto norm = [&](size_t i, const float* in, float* out) {
+    norm_row(in, norms[i].data_ptr<float>(), D, static_cast<float>(eps[i]), out);
+  };
+  std::vector<float> h(D), qkv(QD + 2 * Hkv * Dh), att(QD), x1(D), gu(2 * w[4].N), tmp(std::max(D, Dh));
+  norm(0, xp, h.data());
   {
     const Rows rows(h.data(), 1, D);
-    multiply(rows, w[0], qkv.data());
-    multiply(rows, w[1], qkv.data() + QD);
-    multiply(rows, w[2], qkv.data() + QD + Hkv * Dh);
+    w[0].run(h.data(), rows, qkv.data());
+    w[1].run(h.data(), rows, qkv.data() + QD);
+    w[2].run(h.data(), rows, qkv.data() + QD + Hkv * Dh);
+  }
+  if (!qk_norms.empty()) {  // each head's query and key normed before the rotation
+    const float qe = static_cast<float>(qk_eps);
+    for (int64_t hd = 0; hd < H + Hkv; ++hd) {
+      float* v = qkv.data() + hd * Dh;
+      norm_row(v, qk_norms[hd < H ? 0 : 1].data_ptr<float>(), Dh, qe, tmp.data());
+      std::memcpy(v, tmp.data(), Dh * sizeof(float));
+    }
   }
   const float *c = cos.data_ptr<float>(), *sn = sin.data_ptr<float>();
   float *kb = keys.data_ptr<float>(), *vb = values.data_ptr<float>();
@@ -681,23 +757,41 @@ torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tens
       }
     }
   });
-  multiply(Rows(att.data(), 1, QD), w[3], x1.data());
-  for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + x1[i];
-  norm_row(x1.data(), norms[1].data_ptr<float>(), D, static_cast<float>(eps[1]), h.data());
+  w[3].run(att.data(), Rows(att.data(), 1, QD), x1.data());
+  if (sandwich) {
+    norm(1, x1.data(), tmp.data());
+    for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + tmp[i];
+  } else {
+    for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + x1[i];
+  }
+  norm(sandwich ? 2 : 1, x1.data(), h.data());
   const int64_t Fw = w[4].N;
   {
     const Rows rows(h.data(), 1, D);
-    multiply(rows, w[4], gu.data());
-    multiply(rows, w[5], gu.data() + Fw);
+    w[4].run(h.data(), rows, gu.data());
+    w[5].run(h.data(), rows, gu.data() + Fw);
   }
   for (int64_t i = 0; i < Fw; ++i) {
     const float g = gu[i];
-    gu[i] = g / (1.f + std::exp(-g)) * gu[Fw + i];
+    float act;
+    if (activation == 0) {
+      act = g / (1.f + std::exp(-g));
+    } else {  // PyTorch's gelu(approximate="tanh"): 0.5 · g · (1 + tanh(√(2/π) · (g + 0.044715 · g³)))
+      const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+      const float inner = beta * (g + kappa * g * g * g);
+      act = 0.5f * g * (1.f + std::tanh(inner));
+    }
+    gu[i] = act * gu[Fw + i];
   }
   auto out = torch::empty_like(x);
   float* y = out.data_ptr<float>();
-  multiply(Rows(gu.data(), 1, Fw), w[6], y);
-  for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + y[i];
+  w[6].run(gu.data(), Rows(gu.data(), 1, Fw), y);
+  if (sandwich) {
+    norm(3, y, tmp.data());
+    for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + tmp[i];
+  } else {
+    for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + y[i];
+  }
   return out;
 }
 
@@ -716,7 +810,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quantise", &quantise, "the 8-bit activations the kernel uses");
   m.def("rms_norm", &rms_norm, "a decoding step's RMSNorm (see above)");
   m.def("rope", &rope, "a decoding step's RoPE rotation (see above)");
-  m.def("decode_block", &decode_block, "a pre-norm block's decoding step in one call (see above)");
+  m.def("decode_block", &decode_block, "a decoder block's decoding step in one call (see above)");
   m.def("get_level", &get_level, "the path matvec takes: 2 AVX-512 VNNI, 1 AVX2, 0 a plain loop");
   m.def("set_level", &set_level, "take a narrower path (tests); returns the previous level");
 }

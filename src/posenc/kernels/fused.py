@@ -80,7 +80,8 @@ def _plan(block: Any) -> dict[str, Any] | None:
     if module is None or type(block) not in (PreNormBlock, SandwichBlock):
         return None
     attn, ffn, norms = block.attn, block.ffn, _norms(block)
-    if type(attn) is not MultiHeadAttention or not isinstance(ffn, GatedFFN) or type(ffn).forward is not GatedFFN.forward:
+    if (type(attn) is not MultiHeadAttention or not isinstance(ffn, GatedFFN)
+            or type(ffn).forward is not GatedFFN.forward):
         return None
     if (attn.query_scale is not None or attn.sinks is not None or attn.window.kind not in ("full", "sliding")
             or (attn.q_norm is None) != (attn.k_norm is None)):

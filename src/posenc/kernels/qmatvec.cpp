@@ -341,7 +341,8 @@ void block4x4(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t
       for (int r = 0; r < 4; ++r) {
         const uint8_t* wg = w + (n + r) * row_bytes + g * group_bytes;
         _mm_prefetch(reinterpret_cast<const char*>(wg) + ahead_bytes, _MM_HINT_T0);
-        const __m512 sv = _mm512_mask_blend_ps(second, _mm512_set1_ps(sw[r][g - g0]), _mm512_set1_ps(sw[r][g - g0 + 1]));
+        const __m512 sv =
+            _mm512_mask_blend_ps(second, _mm512_set1_ps(sw[r][g - g0]), _mm512_set1_ps(sw[r][g - g0 + 1]));
         if constexpr (Wide) {
           const __m512i q = _mm512_loadu_si512(wg);
           const __mmask64 negative = _mm512_movepi8_mask(q);
@@ -648,7 +649,8 @@ Mat check_mat(const torch::Tensor& weight, const torch::Tensor& scales, int64_t 
 //   q, k rotated by cos/sin (RoPE, every pair); k, v written at `index` of the cache buffers; each query head
 //   attends, softmax(q·kᵀ · scale) · v, to the keys [start, index] of its key/value head (grouped-query:
 //   H / Hkv query heads per kv head); a = o·Woᵀ; x₁ = x + a (sandwich: x + n₂(a));
-//   f = down(act(gate(n(x₁))) · up(n(x₁))), act SiLU (0) or tanh-GELU (1); out = x₁ + f (sandwich: x₁ + n₄(f)).
+//   f = down(act(gate(n(x₁))) · up(n(x₁))), act SiLU (0) or tanh-GELU (1);
+//   out = x₁ + f (sandwich: x₁ + n₄(f)).
 // The norms' weights are what multiplies x/rms(x) (Gemma's 1 + g, formed by the caller). The same arithmetic as
 // posenc's modules on this kernel (RMSNorm, rope, matvec above), except attention and the activations, which
 // round differently from PyTorch's (float32 sums in another order, std::exp, std::tanh): ulp-level.

@@ -592,6 +592,19 @@ torch::Tensor rope(const torch::Tensor& x, const torch::Tensor& cos, const torch
 
 namespace {
 
+// Σ a[i] · b[i] in float32 (eight lanes with AVX2, then the rest).
+inline float dot(const float* a, const float* b, int64_t n) {
+  int64_t i = 0;
+  float total = 0.f;
+#ifdef POSENC_AVX2
+  __m256 acc = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  total = hsum(acc);
+#endif
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
 // A matrix of decode_block: quantised (bits 1–8, the kernel's layout) or float32 (bits 0: (N, K) as the file
 // gave it in a type the kernel does not take, e.g. GGUF's Q6_K), multiplied the way posenc's modules do:
 // the kernel's product, or float32 dot products (F.linear's, summed in another order).
@@ -605,16 +618,8 @@ struct Mat {
     if (!f) return multiply(rows, q, y);
     at::parallel_for(0, N, std::max<int64_t>(16, TASK_BYTES / (4 * K)), [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) {
-        const float* wr = f + n * K;
-        int64_t i = 0;
-        float dot = 0.f;
-#ifdef POSENC_AVX2
-        __m256 acc = _mm256_setzero_ps();
-        for (; i + 8 <= K; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(wr + i), _mm256_loadu_ps(x + i), acc);
-        dot = hsum(acc);
-#endif
-        for (; i < K; ++i) dot += wr[i] * x[i];
-        y[n] = bias ? dot + bias[n] : dot;
+        const float d = dot(f + n * K, x, K);
+        y[n] = bias ? d + bias[n] : d;
       }
     });
   }
@@ -737,16 +742,7 @@ torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tens
       const float* vh = vb + ((hd / group) * capacity + start) * Dh;
       float top = -INFINITY;
       for (int64_t t = 0; t < T; ++t) {
-        const float* kt = kh + t * Dh;
-        int64_t i = 0;
-        float dot = 0.f;
-#ifdef POSENC_AVX2
-        __m256 acc = _mm256_setzero_ps();
-        for (; i + 8 <= Dh; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(kt + i), acc);
-        dot = hsum(acc);
-#endif
-        for (; i < Dh; ++i) dot += qh[i] * kt[i];
-        p[t] = dot * static_cast<float>(scale);
+        p[t] = dot(qh, kh + t * Dh, Dh) * static_cast<float>(scale);
         top = std::max(top, p[t]);
       }
       float total = 0.f;

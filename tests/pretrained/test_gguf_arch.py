@@ -201,7 +201,8 @@ def test_as_stored_runs_every_architecture(tmp_path: Path, tok, arch: str, qtype
     """Qwen2 (q/k/v biases), Qwen3 (QK-norm) and Gemma 3 (sandwich norms, windows, a tied Q8_0 table) run as
     stored by default: their projections on posenc's kernel, the logits — a full forward and a cached decoding
     step by step — within the 8-bit activations' rounding of the dequantised model (itself equal to HF's,
-    test_logits_equal_the_hf_model)."""
+    test_logits_equal_the_hf_model): 10 % of the largest logit (the tiny random Gemma's logits are below 1 and
+    its seven layers reach 6 %; a wrong layout, row order or missing bias is of the order of the logits)."""
     from posenc import kernels
 
     hf = tiny_hf(arch, tok.get_vocab_size())
@@ -214,11 +215,11 @@ def test_as_stored_runs_every_architecture(tmp_path: Path, tok, arch: str, qtype
     with torch.no_grad():
         want = ref.model(ids)
         scale = float(want.abs().max())
-        assert float((stored.model(ids) - want).abs().max()) < 0.05 * scale
+        assert float((stored.model(ids) - want).abs().max()) < 0.1 * scale
         cache = stored.model.new_cache()
         steps = torch.cat([stored.model(ids[:, :3], cache=cache)]
                           + [stored.model(ids[:, i : i + 1], cache=cache) for i in range(3, 23)], dim=1)
-    assert float((steps - want).abs().max()) < 0.05 * scale
+    assert float((steps - want).abs().max()) < 0.1 * scale
 
 
 def test_as_stored_refuses_an_unchecked_architecture(tmp_path: Path, tok, monkeypatch) -> None:

@@ -14,8 +14,8 @@ folder shared between machines never runs code built for another CPU. Where it c
 no compiler, or ``POSENC_KERNELS=0`` in the environment — posenc says why once and uses PyTorch's
 int4 kernel instead (:func:`status` tells which runs).
 
-The same file holds a decoding step's RMSNorm and RoPE rotation, and ``decode_block``: a whole pre-norm
-block's step for one token in one call, which :mod:`posenc.kernels.fused` runs in place of the block's
+The same file holds a decoding step's RMSNorm and RoPE rotation, and ``decode_block``: a whole decoder
+block's step for one token in one call (pre-norm or Gemma's sandwich), which :mod:`posenc.kernels.fused` runs in place of the block's
 modules where it computes what they compute (``POSENC_FUSED=0`` switches it off).
 """
 

@@ -13,10 +13,9 @@ mode), one sequence and one new token, a ``PreNormBlock`` or ``SandwichBlock`` o
 ``OffsetRMSNorm``, plain ``MultiHeadAttention`` (full or sliding window; no sinks or query scale; QK-norm
 allowed) with a RoPE-family scheme that only rotates (every pair, no bias), a SwiGLU or GeGLU
 ``GatedFFN``, its matrices on posenc's kernel (or float32: a file's Q6_K, held dequantised), and a KV cache
-growing in place. Anything else returns None
-and the modules run. The arithmetic is theirs except attention and the activation, which round in another
-order than PyTorch's (``tests/test_fused_decoding.py`` bounds the difference; greedy decoding of SmolLM2
-picks the same tokens). ``POSENC_FUSED=0`` in the environment switches it off.
+growing in place. Anything else returns None and the modules run. The arithmetic is theirs except attention
+and the activation, which round in another order than PyTorch's (``tests/test_fused_decoding.py`` bounds
+the difference; greedy decoding of SmolLM2 picks the same tokens). ``POSENC_FUSED=0`` in the environment switches it off.
 """
 
 from __future__ import annotations
@@ -39,20 +38,29 @@ def enabled() -> bool:
     return os.environ.get("POSENC_FUSED", "1").strip().lower() not in ("0", "off", "no", "false")
 
 
+#: a block's norms by type, in the order ``decode_block`` takes them
+_NORM_NAMES = {"PreNormBlock": ("attn_norm", "ffn_norm"),
+               "SandwichBlock": ("attn_norm", "attn_post_norm", "ffn_norm", "ffn_post_norm")}
+
+
 def _norms(block: Any) -> tuple[Any, ...]:
-    names = ("attn_norm", "attn_post_norm", "ffn_norm", "ffn_post_norm") if hasattr(block, "attn_post_norm") \
-        else ("attn_norm", "ffn_norm")
-    return tuple(getattr(block, n) for n in names)
+    """The block's norms, then its QK-norms if it has them (read from the modules' dicts: fast)."""
+    mods, attn = block._modules, block._modules["attn"]._modules
+    return (*(mods[n] for n in _NORM_NAMES[type(block).__name__]),
+            *(attn[n] for n in ("q_norm", "k_norm") if attn.get(n) is not None))
 
 
 def _parts(block: Any) -> tuple[Any, ...]:
     """What a plan reads, by identity: a plan is rebuilt when any of it is replaced (LoRA, a reload). Read from
     the modules' own dicts: a decoding step checks this for every block (nn.Module attribute lookups cost)."""
     mods = block._modules
-    attn, ffn = mods["attn"], mods["ffn"]
-    norms = [m for name, m in mods.items() if name.endswith("norm")]
-    return (*mods.values(), *attn._modules.values(), *ffn._modules.values(),
-            *(n._parameters.get("weight") for n in norms))
+    return (*mods.values(), *mods["attn"]._modules.values(), *mods["ffn"]._modules.values(),
+            *(n._parameters.get("weight") for n in _norms(block)))
+
+
+def _versions(block: Any) -> list[int]:
+    """The norms' weights' version counters: an in-place change to one (a gain formed from it) rebuilds the plan."""
+    return [n._parameters["weight"]._version for n in _norms(block)]
 
 
 def _gain(norm: Any) -> Tensor | None:
@@ -79,7 +87,7 @@ def _plan(block: Any) -> dict[str, Any] | None:
     module = kernels.loaded()
     if module is None or type(block) not in (PreNormBlock, SandwichBlock):
         return None
-    attn, ffn, norms = block.attn, block.ffn, _norms(block)
+    attn, ffn, every = block.attn, block.ffn, _norms(block)
     if (type(attn) is not MultiHeadAttention or not isinstance(ffn, GatedFFN)
             or type(ffn).forward is not GatedFFN.forward):
         return None
@@ -99,16 +107,17 @@ def _plan(block: Any) -> dict[str, Any] | None:
         return None
     if any(m.bias is not None and m.bias.dtype != torch.float32 for m in linears):
         return None
-    qk = [n for n in (attn.q_norm, attn.k_norm) if n is not None]
-    gains = [_gain(n) for n in (*norms, *qk)]
+    blocks_norms = len(_NORM_NAMES[type(block).__name__])
+    norms, qk = every[:blocks_norms], every[blocks_norms:]
+    gains = [_gain(n) for n in every]
     if any(g is None for g in gains) or (qk and qk[0].eps != qk[1].eps):
         return None
     return {
         "parts": _parts(block),
-        "versions": [n.weight._version for n in (*norms, *qk)],
-        "norms": gains[: len(norms)],
+        "versions": _versions(block),
+        "norms": gains[:blocks_norms],
         "eps": [float(n.eps) for n in norms],
-        "qk_norms": gains[len(norms):],
+        "qk_norms": gains[blocks_norms:],
         "qk_eps": float(qk[0].eps) if qk else 0.0,
         "weights": [m._buffers["qweight"] if q else m.weight for q, m in zip(quantised, linears)],
         "scales": [m._buffers["qscales"] if q else _NO_SCALES for q, m in zip(quantised, linears)],
@@ -154,15 +163,6 @@ def block_step(block: Any, x: Tensor, positions: Tensor, cache: Any) -> Tensor |
     if not window.full:
         cache.keep_from(window.first_visible(sequence_index + 1))  # what the next query can still see
     return out
-
-
-def _versions(block: Any) -> list[int]:
-    """The norms' weights' version counters: an in-place change to one (a gain formed from it) rebuilds the plan."""
-    mods = block._modules
-    attn = mods["attn"]._modules
-    norms = [m for name, m in mods.items() if name.endswith("norm")]
-    norms += [attn[n] for n in ("q_norm", "k_norm") if attn.get(n) is not None]
-    return [n._parameters["weight"]._version for n in norms]
 
 
 def count(model: Any) -> tuple[int, int]:

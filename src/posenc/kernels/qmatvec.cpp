@@ -27,7 +27,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <cstdint>
 #include <cstring>
 #include <vector>

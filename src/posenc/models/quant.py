@@ -80,6 +80,8 @@ def kernel_blas_rows() -> int:
     """The input rows from which posenc's kernel hands a product to BLAS here (its path's measured crossover)."""
     module = kernels.loaded()
     return KERNEL_BLAS_ROWS if module is None else KERNEL_BLAS_ROWS_BY_LEVEL[module.get_level()]
+
+
 #: Output rows re-decoded at a time for an input of many rows (``QuantLinear._exact_product``).
 EXACT_ROWS = 8192
 #: Rows packed per call at load time (the packing op needs int32 values: 4 bytes per weight, bounded here).

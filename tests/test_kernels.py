@@ -66,7 +66,7 @@ def test_scales_are_float16_only_when_exact(gen: torch.Generator) -> None:
                                   (gq.scale, gq.minimum, torch.int32)):
         packed = kernels.pack_scales(scale, minimum)
         assert packed.dtype == dtype and packed.shape == (8, 2, 2)
-        back = kernels.unpack_scales(packed)
+        back = kernels.unpack_scales(packed, 4)
         assert torch.equal(back[0], scale) and torch.equal(back[1], minimum)
 
 
@@ -127,6 +127,66 @@ def test_kernel_equals_the_formula(bits: int, half: bool, level: int, gen: torch
     bound = torch.einsum("mg,ng->mn", d.double() / 2, w.abs().view(n, -1, 32).sum(-1))
     exact = x.double() @ w.T
     assert ((out.double() - exact).abs() <= bound * (1 + 1e-5) + 1e-5 * size + 1e-6).all()
+
+
+def symmetric16(gen: torch.Generator, n: int, k: int, bits: int) -> GroupQuant:
+    """A symmetric weight in groups of 16 as GGUF's Q6_K holds it: scale = d · sc (float16 × int8), minimum
+    = −2^(bits−1) · scale."""
+    d = (torch.rand(n, k // 256 + 1, 1, generator=gen) * 0.01).half().float()
+    sc = torch.randint(-128, 128, (n, k // 256 + 1, 16), generator=gen).float()
+    scale = (d * sc).view(n, -1)[:, : k // 16].contiguous()
+    q = torch.randint(0, 2**bits, (n, k), generator=gen).to(torch.uint8)
+    return GroupQuant(q, scale, scale * -float(2 ** (bits - 1)), bits, 16)
+
+
+@needs_kernel
+@pytest.mark.parametrize("bits", [5, 6, 8])
+def test_kernel_equals_the_formula_in_groups_of_16(bits: int, level: int, gen: torch.Generator) -> None:
+    """Q6_K's layout (symmetric, a scale per 16 inputs, the activations still rounded per 32): every output on
+    each path against the float64 formula, and the exact weight times the rounded activations; K an odd or even
+    number of 32-groups, N and M not multiples of four."""
+    n = 4 * int(torch.randint(1, 20, (1,), generator=gen)) + int(torch.randint(1, 4, (1,), generator=gen))
+    k, m = 32 * int(torch.randint(1, 12, (1,), generator=gen)), int(torch.randint(1, 9, (1,), generator=gen))
+    gq = symmetric16(gen, n, k, bits)
+    x = torch.randn(m, k, generator=gen)
+    out = module.matvec(x, kernels.pack(gq.values, bits), kernels.pack_scales16(gq.scale), bits)
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    qx, d, _ = reference_activations(x)
+    c = centre(bits)
+    dots = torch.einsum("ngi,mgi->mng", gq.values.view(n, -1, 16).double() - c, qx.view(m, -1, 16).double())
+    ref = (dots * gq.scale.double() * d.double().repeat_interleave(2, 1)[:, None]).sum(-1)
+    w = gq.dequantize().double()
+    size = x.abs().double() @ w.abs().T
+    assert ((out.double() - ref).abs() <= 1e-5 * size + 1e-6).all()
+    rounded = (qx.view(m, -1, 32).double() * d.double()[..., None]).view(m, k)
+    torch.testing.assert_close(out.double(), rounded @ w.T, rtol=1e-5, atol=1e-5 * float(size.max()))
+    # a wrong pairing of scales to groups (each 32-group's two scales swapped) is caught by the reference
+    swapped = gq.scale.view(n, -1, 2).flip(-1).reshape(n, -1).contiguous()
+    wrong = module.matvec(x, kernels.pack(gq.values, bits), kernels.pack_scales16(swapped), bits)
+    assert not torch.allclose(wrong.double(), ref, rtol=1e-3, atol=1e-3)
+
+
+@needs_kernel
+def test_quant_linear_holds_groups_of_16(gen: torch.Generator) -> None:
+    """A Q6_K-like matrix on the kernel: re-decoded exactly for BLAS and for exact_weight; asymmetric groups of 16,
+    or 4-bit ones, refused with the reason."""
+    gq = symmetric16(gen, 40, 512, 6)
+    layer = QuantLinear.from_groups(gq)
+    assert layer.kernel == "posenc" and layer.group == 16 and "groups of 16" in repr(layer)
+    assert layer.qscales.shape == (40, 32) and layer.qweight.dtype == torch.int8
+    assert torch.equal(layer.exact_weight(), gq.dequantize())
+    many = torch.randn(layer.blas_rows, 512, generator=gen)
+    torch.testing.assert_close(layer(many), F.linear(many, gq.dequantize()), rtol=1e-5, atol=1e-5)
+    x = torch.randn(1, 1, 512, generator=gen)
+    torch.testing.assert_close(layer(x), F.linear(x, gq.dequantize()), rtol=0.05, atol=0.05 * float(
+        F.linear(x.abs(), gq.dequantize().abs()).max()))
+    head = QuantHead.of(layer, tied=True)
+    assert torch.equal(head(x), layer(x))
+    skewed = GroupQuant(gq.values, gq.scale, gq.minimum + 1e-3, 6, 16)
+    with pytest.raises(ValueError, match="symmetric"):
+        QuantLinear.from_groups(skewed)
+    with pytest.raises(ValueError, match="symmetric"):
+        QuantLinear.from_groups(GroupQuant(gq.values & 15, gq.scale, gq.scale * -8.0, 4, 16))
 
 
 @needs_kernel

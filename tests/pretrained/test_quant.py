@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from gguf_helpers import gguf, tiny_llama, tokenizer_fields, train_tokenizer, write_gguf
-from posenc.formats.gguf import BLOCK_BYTES, GROUP_TYPES, decode_groups, dequantize, open_gguf, raw_blocks
+from posenc.formats.gguf import BLOCK_BYTES, GROUP16_TYPES, GROUP_TYPES, decode_groups, dequantize, open_gguf, raw_blocks
 from posenc import kernels
 from posenc.models.quant import (DEQUANTISE_ROWS, GroupQuant, QuantLinear, int8_rows, kernel_blas_rows, kernel_weight,
                                  quantise_groups)
@@ -19,7 +19,8 @@ from posenc.pretrained import load_pretrained
 from posenc.pretrained.as_stored import check_weights
 
 #: Where each block type keeps its float16 factors (the rest of a random block is any bytes).
-FP16_AT = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2]}
+FP16_AT = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0], "Q4_K": [0, 2], "Q5_K": [0, 2],
+           "Q6_K": [208]}
 #: bfloat16's unit round-off: the kernels see activations, scales and zero points in bfloat16.
 BF16 = 2.0**-8
 
@@ -46,13 +47,15 @@ def random_blocks(kind: str, rows: int, cols: int, rng: np.random.Generator) -> 
 def stored_groups(tmp_path: Path, kind: str, seed: int, rows: int = 32, cols: int = 512):
     path = write_one(tmp_path / "t.gguf", random_blocks(kind, rows, cols, np.random.default_rng(seed)), kind)
     (t,) = open_gguf(path).tensors
-    return GroupQuant(*decode_groups(raw_blocks(t), kind)), torch.from_numpy(dequantize(t, path))
+    q, scale, minimum, bits = decode_groups(raw_blocks(t), kind)
+    return GroupQuant(q, scale, minimum, bits, q.shape[1] // scale.shape[1]), torch.from_numpy(dequantize(t, path))
 
 
-@pytest.mark.parametrize("kind", sorted(GROUP_TYPES))
+@pytest.mark.parametrize("kind", sorted(GROUP_TYPES) + sorted(GROUP16_TYPES))
 def test_groups_dequantise_to_read_gguf_exactly(tmp_path: Path, kind: str, seed: int) -> None:
     gq, ref = stored_groups(tmp_path, kind, seed)
-    assert gq.bits == GROUP_TYPES[kind] and int(gq.values.max()) < 2**gq.bits
+    assert gq.bits == {**GROUP_TYPES, **GROUP16_TYPES}[kind] and int(gq.values.max()) < 2**gq.bits
+    assert gq.group == (16 if kind in GROUP16_TYPES else 32)
     assert int(gq.values.max()) == 2**gq.bits - 1  # random bytes reach the top value: no bit is dropped
     assert torch.equal(gq.dequantize(), ref)  # bit for bit
 
@@ -155,8 +158,8 @@ def test_contract_errors() -> None:
         check_weights("int4", gguf=False, device="meta")
     assert check_weights(None, gguf=True, device="cpu") == "as-stored"
     assert check_weights(None, gguf=False, device="cpu") == "dequantised"
-    with pytest.raises(ValueError, match="Q6_K"):
-        decode_groups(torch.zeros(1, 210, dtype=torch.uint8), "Q6_K")
+    with pytest.raises(ValueError, match="Q3_K"):
+        decode_groups(torch.zeros(1, 110, dtype=torch.uint8), "Q3_K")
 
 
 # -- whole models ------------------------------------------------------------------------------------------------

@@ -546,9 +546,12 @@ def inspect_checkpoint_of(path: str | Path) -> Checkpoint:
 #: GGML types whose blocks are integers with one float scale and one float offset per 32 values:
 #: value = scale · q + minimum exactly (float32), q unsigned with this many bits.
 GROUP_TYPES = {"Q4_0": 4, "Q4_1": 4, "Q4_K": 4, "Q5_0": 5, "Q5_1": 5, "Q5_K": 5, "Q8_0": 8}
+#: GGML types whose blocks are integers with one float scale per 16 values, symmetric: value = scale · (q − 2^(bits−1))
+#: exactly (float32), given as scale · q + minimum with minimum = −2^(bits−1) · scale.
+GROUP16_TYPES = {"Q6_K": 6}
 #: Bytes of one block and the values it holds (ggml-common.h).
 BLOCK_BYTES = {"Q4_0": (18, 32), "Q4_1": (20, 32), "Q5_0": (22, 32), "Q5_1": (24, 32), "Q8_0": (34, 32),
-               "Q4_K": (144, 256), "Q5_K": (176, 256)}
+               "Q4_K": (144, 256), "Q5_K": (176, 256), "Q6_K": (210, 256)}
 
 
 def raw_blocks(t) -> Tensor:
@@ -589,25 +592,36 @@ def _k_scales(s: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def decode_groups(raw: Tensor, kind: str) -> tuple[Tensor, Tensor, Tensor, int]:
-    """Stored blocks → (values, scale, minimum, bits) with value = scale · q + minimum per 32 values.
+    """Stored blocks → (values, scale, minimum, bits) with value = scale · q + minimum per 32 values (per 16 for
+    :data:`GROUP16_TYPES`: Q6_K).
 
     Args:
-        raw: ``(rows, bytes per row)`` uint8 blocks of one of :data:`GROUP_TYPES` (from :func:`raw_blocks`,
-            or any rows of it).
+        raw: ``(rows, bytes per row)`` uint8 blocks of one of :data:`GROUP_TYPES` or :data:`GROUP16_TYPES` (from
+            :func:`raw_blocks`, or any rows of it).
         kind: the GGML type.
 
     Returns:
-        q ``(rows, K)`` uint8 in ``[0, 2**bits)``, scale and minimum ``(rows, K // 32)`` float32. Computed in
-        float32 as ``scale * q + minimum`` (a multiply, then an add) they give exactly the values of
+        q ``(rows, K)`` uint8 in ``[0, 2**bits)``, scale and minimum ``(rows, K // 32)`` (``K // 16``) float32.
+        Computed in float32 as ``scale * q + minimum`` (a multiply, then an add) they give exactly the values of
         :func:`dequantize` (the ``gguf`` package's dequantisers): every product of a float16 scale and a
-        small integer is exact in float32, and K-quants' sub-block scale ``d · sc`` (11 + 6 bits) too.
+        small integer is exact in float32, and K-quants' sub-block scale ``d · sc`` (11 + 6 bits; Q6_K's
+        11 + 7) too.
     """
-    if kind not in GROUP_TYPES:
-        raise ValueError(f"{kind} blocks are not 32 integers with one scale and offset; group types: "
-                         f"{', '.join(GROUP_TYPES)}")
+    if kind not in GROUP_TYPES and kind not in GROUP16_TYPES:
+        raise ValueError(f"{kind} blocks are not 32 (or 16) integers with one scale and offset; group types: "
+                         f"{', '.join([*GROUP_TYPES, *GROUP16_TYPES])}")
     size, per = BLOCK_BYTES[kind]
     rows = raw.shape[0]
     b = raw.reshape(rows, -1, size)  # (R, blocks, bytes)
+    if kind == "Q6_K":  # 256 values: 128 bytes of low nibbles, 64 of high bit pairs, 16 int8 scales, float16 d
+        ql, qh = b[..., :128].reshape(rows, -1, 2, 2, 32), b[..., 128:192].reshape(rows, -1, 2, 1, 32)
+        # per half of 128 values: values 32c + l take the low (c = 0, 1) or high (c = 2, 3) nibble of byte
+        # 32 · (c mod 2) + l and bits 2c, 2c + 1 of qh byte l
+        low = torch.cat((ql & 15, ql >> 4), dim=3)  # (R, B, half, c, 32)
+        high = (qh >> (2 * torch.arange(4, dtype=torch.uint8))[:, None]) & 3  # (R, B, half, c, 32)
+        q = (low | (high << 4)).reshape(rows, -1)
+        scale = (fp16_field(b, 208)[..., None] * b[..., 192:208].contiguous().view(torch.int8).float()).reshape(rows, -1)
+        return q, scale, scale * -32.0, GROUP16_TYPES[kind]
     if kind in ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"):
         d = fp16_field(b, 0)  # (R, G)
         if kind == "Q8_0":

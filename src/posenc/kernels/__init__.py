@@ -139,8 +139,18 @@ def pack_scales(scale, minimum):
     return pairs.view(torch.int32)
 
 
-def unpack_scales(scales):
-    """(N, G, 2) bits → (scale, minimum) float32, exactly as given to :func:`pack_scales`."""
+def pack_scales16(scale):
+    """(N, K / 16) float32 scales of a symmetric weight in groups of 16 (GGUF's Q6_K: ``w = scale · (q − c)``)
+    → the kernel's (N, K / 16) float32 bits (int32)."""
+    return scale.float().contiguous().view(torch.int32)
+
+
+def unpack_scales(scales, bits: int):
+    """The kernel's scales → (scale, minimum) float32, exactly as given to :func:`pack_scales`; for
+    :func:`pack_scales16`'s (N, K / 16) the minimum is ``−2^(bits−1) · scale`` (exact: a power of two)."""
+    if scales.dim() == 2:
+        scale = scales.view(torch.float32)
+        return scale, scale * -float(1 << (bits - 1))
     pairs = scales.view(torch.float16 if scales.dtype == torch.int16 else torch.float32).float()
     return pairs[..., 0], pairs[..., 1]
 

@@ -14,6 +14,8 @@
 //
 // Scales: (N, G, 2) pairs (scale, minimum), float16 where every value is exactly a float16 (Q4_0, Q4_1, Q8_0:
 // GGUF stores them so), float32 otherwise (K-quants' d · sc); passed as their bits, int16 or int32.
+// Or (N, K / 16) float32 bits alone: a symmetric 5–8-bit weight in groups of 16, w = scale · (q − c), no
+// minimum (GGUF's Q6_K: 16 values per sub-block scale; rows16).
 //
 // Weight layouts (made by posenc.kernels.pack):
 //   bits ≤ 4: (N, K / 2) uint8, per group 16 bytes, byte j = q[j] | q[j + 16] << 4 (llama.cpp's Q4 order);
@@ -382,6 +384,73 @@ void block4x4(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t
 
 namespace {
 
+// Rows [n0, n1) for one input row of a symmetric 8-bit weight in groups of 16 (GGUF's Q6_K: 16 values per
+// scale d · sc, w = scale · (q − c), stored as q − c; no minimum):
+//   y[n] = Σ_j scale[n, j] · dx[j / 2] · Σ_{i < 16} (q − c)[n, 16j + i] · qx[16j + i]
+// (the activations keep their groups of 32: two weight groups share one dx). sc: (N, K / 16) float32.
+void rows16(const uint8_t* w, int64_t K, const float* sc, const int8_t* qx, const float* dx, float* y, int64_t n0,
+            int64_t n1) {
+  const int64_t G16 = K / 16;
+  const int64_t ahead_rows = std::max<int64_t>(4, AHEAD / K), ahead_bytes = ahead_rows * K;
+  (void)ahead_bytes;
+  int64_t n = n0;
+#ifdef POSENC_AVX512
+  if (level >= 2) {  // four groups (two of the activations') per dpbusd; four rows share each activation load
+    const __m512i spread = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+    for (; n + 4 <= n1; n += 4) {
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      float tail[4] = {0.f, 0.f, 0.f, 0.f};
+      int64_t k = 0;
+      for (; k + 2 * GROUP <= K; k += 2 * GROUP) {
+        const __m512i y2 = _mm512_loadu_si512(qx + k);
+        const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dx[k / GROUP]), _mm512_set1_ps(dx[k / GROUP + 1]));
+        for (int r = 0; r < 4; ++r) {
+          const uint8_t* wk = w + (n + r) * K + k;
+          _mm_prefetch(reinterpret_cast<const char*>(wk) + ahead_bytes, _MM_HINT_T0);
+          const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_loadu_ps(sc + (n + r) * G16 + k / 16)));
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_dot2<true>(wk, y2)), _mm512_mul_ps(s, d), acc[r]);
+        }
+      }
+      if (k < K) {  // an odd last group of 32: two weight groups
+        const __m256i y8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k));
+        for (int r = 0; r < 4; ++r) {
+          const float* s = sc + (n + r) * G16 + k / 16;
+          const __m256 scale = _mm256_set_m128(_mm_set1_ps(s[1] * dx[k / GROUP]), _mm_set1_ps(s[0] * dx[k / GROUP]));
+          tail[r] = hsum(_mm256_mul_ps(_mm256_cvtepi32_ps(group_dot<true>(w + (n + r) * K + k, y8)), scale));
+        }
+      }
+      for (int r = 0; r < 4; ++r) y[n + r] = _mm512_reduce_add_ps(acc[r]) + tail[r];
+    }
+  }
+#endif
+#ifdef POSENC_AVX2
+  for (; level >= 1 && n + 4 <= n1; n += 4) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t k = 0; k < K; k += GROUP) {
+      const __m256i y8 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qx + k));
+      for (int r = 0; r < 4; ++r) {
+        const uint8_t* wk = w + (n + r) * K + k;
+        _mm_prefetch(reinterpret_cast<const char*>(wk) + ahead_bytes, _MM_HINT_T0);
+        const float* s = sc + (n + r) * G16 + k / 16;
+        const __m256 scale = _mm256_set_m128(_mm_set1_ps(s[1] * dx[k / GROUP]), _mm_set1_ps(s[0] * dx[k / GROUP]));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(group_dot<true>(wk, y8)), scale, acc[r]);
+      }
+    }
+    for (int r = 0; r < 4; ++r) y[n + r] = hsum(acc[r]);
+  }
+#endif
+  for (; n < n1; ++n) {  // the rest (and every row without AVX2)
+    float total = 0.f;
+    const int8_t* q = reinterpret_cast<const int8_t*>(w + n * K);
+    for (int64_t j = 0; j < G16; ++j) {
+      int32_t dot = 0;
+      for (int64_t i = 16 * j; i < 16 * j + 16; ++i) dot += static_cast<int32_t>(q[i]) * qx[i];
+      total += static_cast<float>(dot) * (sc[n * G16 + j] * dx[j / 2]);
+    }
+    y[n] = total;
+  }
+}
+
 // A few input rows rounded once for every matrix that reads them (q, k and v read the same normed row).
 struct Rows {
   int64_t M = 0, K = 0;
@@ -410,6 +479,7 @@ struct Weight {
   const float* bias;
   int64_t N, K, row_bytes, bits;
   bool half;
+  bool group16;  // symmetric 8-bit in groups of 16 (rows16), scales (N, K / 16) float32
 };
 
 Weight check_weight(const torch::Tensor& weight, const torch::Tensor& scales, int64_t bits,
@@ -421,17 +491,25 @@ Weight check_weight(const torch::Tensor& weight, const torch::Tensor& scales, in
   TORCH_CHECK(weight.is_contiguous() && weight.dim() == 2 && weight.size(1) == (wide ? K : K / 2) &&
                   weight.scalar_type() == (wide ? torch::kInt8 : torch::kUInt8),
               "weight must be contiguous (N, ", wide ? K : K / 2, ") ", wide ? "int8" : "uint8");
-  const bool half = scales.scalar_type() == torch::kInt16;
-  TORCH_CHECK(scales.is_contiguous() && scales.dim() == 3 && scales.size(0) == N && scales.size(1) == G &&
-                  scales.size(2) == 2 && (half || scales.scalar_type() == torch::kInt32),
-              "scales must be contiguous (N, K/32, 2), the bits of float16 (int16) or float32 (int32)");
+  const bool half = scales.scalar_type() == torch::kInt16, group16 = scales.dim() == 2;
+  if (group16) {
+    TORCH_CHECK(wide && scales.is_contiguous() && scales.size(0) == N && scales.size(1) == K / 16 &&
+                    scales.scalar_type() == torch::kInt32,
+                "symmetric groups of 16 (2-D scales) take 5–8-bit weights and (N, K/16) float32 scales as int32 bits");
+  } else {
+    TORCH_CHECK(scales.is_contiguous() && scales.dim() == 3 && scales.size(0) == N && scales.size(1) == G &&
+                    scales.size(2) == 2 && (half || scales.scalar_type() == torch::kInt32),
+                "scales must be contiguous (N, K/32, 2), the bits of float16 (int16) or float32 (int32); or (N, K/16) "
+                "float32 bits for symmetric groups of 16");
+  }
   const float* b = nullptr;
   if (bias.has_value()) {
     TORCH_CHECK(bias->scalar_type() == torch::kFloat32 && bias->is_contiguous() && bias->numel() == N,
                 "bias must be a contiguous (N) float32 tensor");
     b = bias->data_ptr<float>();
   }
-  return {reinterpret_cast<const uint8_t*>(weight.data_ptr()), scales.data_ptr(), b, N, K, weight.size(1), bits, half};
+  return {reinterpret_cast<const uint8_t*>(weight.data_ptr()), scales.data_ptr(), b, N, K, weight.size(1), bits, half,
+          group16};
 }
 
 // y (M, N) = the rounded rows × the weight (+ bias), rows split over threads.
@@ -447,7 +525,8 @@ void multiply(const Rows& x, const Weight& wt, float* y) {
     const int8_t *q = &x.qx[m * K], *q2 = qx2 + m * K;
     const float *d = &x.dx[m * G], *s = &x.sx[m * G];
     float* ym = y + m * N;
-    if (wide && wt.half) rows<true>(wt.w, wt.row_bytes, half, c, G, q, q2, d, s, ym, na, nb);
+    if (wt.group16) rows16(wt.w, K, full, q, d, ym, na, nb);
+    else if (wide && wt.half) rows<true>(wt.w, wt.row_bytes, half, c, G, q, q2, d, s, ym, na, nb);
     else if (wide) rows<true>(wt.w, wt.row_bytes, full, c, G, q, q2, d, s, ym, na, nb);
     else if (wt.half) rows<false>(wt.w, wt.row_bytes, half, c, G, q, q2, d, s, ym, na, nb);
     else rows<false>(wt.w, wt.row_bytes, full, c, G, q, q2, d, s, ym, na, nb);
@@ -455,11 +534,12 @@ void multiply(const Rows& x, const Weight& wt, float* y) {
   // each task takes whole blocks of rows, so that a worker's weights stay in its cache across the M inputs, and
   // at least TASK_BYTES of them for one input row: a decoding step's small matrices are microseconds of work,
   // less than handing half of it to another thread costs
-  const int64_t grain = std::max<int64_t>(64, TASK_BYTES / std::max<int64_t>(1, M * (wt.row_bytes + 2 * G)));
+  const int64_t scale_bytes = wt.group16 ? 4 * (K / 16) : 2 * G;
+  const int64_t grain = std::max<int64_t>(64, TASK_BYTES / std::max<int64_t>(1, M * (wt.row_bytes + scale_bytes)));
   at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
     int64_t m = 0;
 #ifdef POSENC_AVX512
-    if (level >= 2 && M >= 4) {  // blocks of four inputs × four weight rows; what is left row by row
+    if (level >= 2 && M >= 4 && !wt.group16) {  // blocks of four inputs × four weight rows; what is left row by row
       const int64_t ahead = std::max<int64_t>(4, AHEAD / wt.row_bytes) * wt.row_bytes;
       const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
       for (; m + 4 <= M; m += 4) {

@@ -8,7 +8,9 @@ per-group floats, never as a float matrix, so that a decoding step reads 4 or
   output row, ``w = scale · q + minimum`` with ``q`` an unsigned integer of at
   most 8 bits. This is exactly how llama.cpp's GGUF blocks Q4_0, Q4_1, Q4_K,
   Q5_0, Q5_1, Q5_K and Q8_0 are defined (``posenc.formats.gguf.decode_groups``
-  turns their bytes into it, value for value). Few input rows (decoding) run on
+  turns their bytes into it, value for value); Q6_K is the same with 16 inputs
+  per scale and ``minimum = −32 · scale`` (symmetric), which posenc's kernel
+  holds too (``kernel_holds``). Few input rows (decoding) run on
   **posenc's own kernel** (:mod:`posenc.kernels`, compiled once per
   machine): the integers packed 4 or 8 bits each with their scales, every group
   of 32 activations rounded to 8-bit integers as llama.cpp does, integer dot
@@ -61,6 +63,8 @@ from posenc import kernels
 
 #: Inputs per scale (llama.cpp's block size; the int4 kernel also takes 64, 128, 256).
 GROUP = 32
+#: Inputs per scale of GGUF's Q6_K (and Q3_K / Q2_K) sub-blocks: posenc's kernel holds symmetric 5–8-bit ones.
+GROUP16 = 16
 #: The dtype the kernels see: activations, scales and zero points (their vectorised path on AVX2 CPUs).
 KERNEL_DTYPE = torch.bfloat16
 #: Inputs with at least this many rows multiply by the exact float weight through BLAS when the
@@ -146,6 +150,17 @@ def quantise_groups(w: Tensor, *, bits: int = 4, group: int = GROUP) -> GroupQua
     scale = ((hi - lo) / (2**bits - 1)).clamp_min(torch.finfo(torch.float32).tiny)
     q = ((g - lo[..., None]) / scale[..., None]).round().clamp(0, 2**bits - 1).to(torch.uint8)
     return GroupQuant(q.view(n, k), scale, lo, bits, group)
+
+
+def kernel_holds(gq: GroupQuant) -> bool:
+    """Whether posenc's kernel, built here, multiplies ``gq`` as it is: groups of 32 (any 1–8 bits), or groups of
+    16 of symmetric 5–8-bit values (``minimum == −2^(bits−1) · scale`` exactly, as GGUF's Q6_K)."""
+    if kernels.load() is None:
+        return False
+    if gq.group == GROUP:
+        return True
+    return (gq.group == GROUP16 and 5 <= gq.bits <= 8
+            and torch.equal(gq.minimum, gq.scale * -float(1 << (gq.bits - 1))))
 
 
 def int8_rows(w: Tensor) -> tuple[Tensor, Tensor]:
@@ -264,7 +279,8 @@ class QuantLinear(nn.Module):
                              "int8 (int8 kernel)")
         self.in_features, self.out_features, self.stored = in_features, out_features, stored
         self.kernel = "posenc" if packed is not None else "int4" if planes is not None else "int8"
-        self.group = GROUP
+        # posenc's kernel also holds symmetric 5–8-bit weights in groups of 16 (Q6_K): 2-D scales (N, K / 16)
+        self.group = GROUP16 if packed is not None and packed[1].dim() == 2 else GROUP
         self.blas_rows = kernel_blas_rows() if packed is not None else DEQUANTISE_ROWS
         if packed is not None:
             self.register_buffer("qweight", packed[0])
@@ -287,16 +303,27 @@ class QuantLinear(nn.Module):
     @classmethod
     def from_groups(cls, gq: GroupQuant, *, bias: Tensor | None = None, exact: Callable[[], GroupQuant] | None = None,
                     stored: str = "", kernel: str | None = None) -> QuantLinear:
-        """``kernel`` None: posenc's where it is built (and ``gq.group`` is 32), else PyTorch's int4 kernel;
-        "posenc" or "int4" to choose (``posenc.kernels.status()`` says why posenc's may be missing)."""
+        """``kernel`` None: posenc's where it is built (and it takes the groups: see :func:`kernel_holds`), else
+        PyTorch's int4 kernel (groups of 32 only); "posenc" or "int4" to choose (``posenc.kernels.status()`` says
+        why posenc's may be missing)."""
         n, k = gq.shape
         stored = stored or f"int{gq.bits}/{gq.group}"
         if kernel not in (None, "posenc", "int4"):
             raise ValueError(f"kernel must be 'posenc', 'int4' or None (the best built here), got {kernel!r}")
+        if kernel != "int4" and gq.group == GROUP16:
+            if not kernel_holds(gq):
+                raise ValueError(f"a group of {GROUP16} runs only on posenc's kernel, for symmetric 5–8-bit values "
+                                 f"(minimum = −2^(bits−1) · scale); got bits={gq.bits}; kernel status: "
+                                 f"{kernels.status()}")
+            weight = kernels.pack(gq.values, gq.bits)
+            return cls(in_features=k, out_features=n, packed=(weight, kernels.pack_scales16(gq.scale), gq.bits),
+                       bias=bias, exact=exact, stored=stored)
         if kernel == "posenc" and (gq.group != GROUP or kernels.load() is None):
-            raise ValueError(f"posenc's kernel cannot hold this matrix here: group {gq.group} (it takes {GROUP}); "
-                             f"kernel status: {kernels.status()}")
-        if kernel != "int4" and gq.group == GROUP and kernels.load() is not None:
+            raise ValueError(f"posenc's kernel cannot hold this matrix here: group {gq.group} (it takes {GROUP}, "
+                             f"or {GROUP16} symmetric); kernel status: {kernels.status()}")
+        if gq.group != GROUP:
+            raise ValueError(f"PyTorch's int4 kernel here takes groups of {GROUP}, got {gq.group}")
+        if kernel != "int4" and kernels.load() is not None:
             return cls.from_packed(kernels.pack(gq.values, gq.bits), gq.scale, gq.minimum, gq.bits, bias=bias,
                                    exact=exact, stored=stored)
         return cls(in_features=k, out_features=n, planes=int4_planes(gq), bias=bias, exact=exact, stored=stored)
@@ -317,7 +344,7 @@ class QuantLinear(nn.Module):
 
     def stored_groups(self) -> GroupQuant:
         """Posenc's kernel layout back as the GroupQuant it was packed from (exact)."""
-        scale, minimum = kernels.unpack_scales(self.qscales)
+        scale, minimum = kernels.unpack_scales(self.qscales, self.bits)
         return GroupQuant(kernels.unpack(self.qweight, self.bits), scale, minimum, self.bits, self.group)
 
     def exact_weight(self) -> Tensor | None:
@@ -365,7 +392,7 @@ class QuantLinear(nn.Module):
     def describe_kernel(self) -> str:
         """What multiplies few rows: "posenc kernel, 4-bit", "int4 kernel ×2 planes", "int8 kernel"."""
         if self.kernel == "posenc":
-            return f"posenc kernel, {self.bits}-bit"
+            return f"posenc kernel, {self.bits}-bit" + (f", groups of {GROUP16}" if self.group == GROUP16 else "")
         return f"int4 kernel ×{self.planes} planes" if self.kernel == "int4" else "int8 kernel"
 
     def extra_repr(self) -> str:

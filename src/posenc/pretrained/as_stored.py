@@ -2,7 +2,8 @@
 
 - ``as-stored`` (default for GGUF files): the file is memory-mapped and its
   quantised blocks stay as they are. Projections and the output head stored in
-  a group type (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0) become
+  a group type (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q8_0; and Q6_K, 16 values per
+  scale, where posenc's kernel is built) become
   ``posenc.models.quant.QuantLinear`` (integers repacked once for posenc's own
   decoding kernel, ``posenc.kernels``: 4-bit values two to a byte,
   5–8-bit values one to a byte, the scales as stored; where that kernel is not
@@ -10,7 +11,8 @@
   ``posenc inspect`` and ``Pretrained.stored`` say which); a token table in one of
   those types is looked up row by row from the map (``QuantEmbedding``,
   exact). Every other tensor — norms (F32), and projections in the types with
-  16-value sub-blocks (Q2_K, Q3_K, Q6_K) or in F16 / BF16 — is dequantised to
+  16-value sub-blocks and a minimum or 2–3-bit values (Q2_K, Q3_K; Q6_K without
+  posenc's kernel) or in F16 / BF16 — is dequantised to
   the activation dtype (``--dtype``), as ``dequantised`` does. For an HF
   folder, ``as-stored`` is ``dequantised``: its float tensors cast to ``--dtype``.
 - ``dequantised``: every tensor dequantised (or cast) to ``--dtype``: the
@@ -69,7 +71,8 @@ def _groups(raw: Tensor, kind: str):
     from posenc.formats.gguf import decode_groups
     from posenc.models.quant import GroupQuant
 
-    return GroupQuant(*decode_groups(raw, kind))
+    q, scale, minimum, bits = decode_groups(raw, kind)
+    return GroupQuant(q, scale, minimum, bits, q.shape[1] // scale.shape[1])  # groups of 32 (16: Q6_K)
 
 
 def _row_order(name: str, model, source_pairing: str) -> Tensor | None:
@@ -117,7 +120,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     Returns:
         {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
     """
-    from posenc.formats.gguf import (GROUP_TYPES, config_of, index_tensors, load_tensor, open_mapped,
+    from posenc.formats.gguf import (GROUP16_TYPES, GROUP_TYPES, config_of, index_tensors, load_tensor, open_mapped,
                                      raw_blocks, stored_pairing, type_name)
     from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
     from posenc.families import family_named
@@ -142,7 +145,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     rest: list[tuple[str, Any]] = []
     for hf_name, t in found.items():
         kind, name = type_name(t), family.posenc_name(hf_name)
-        if kind not in GROUP_TYPES:
+        if kind not in GROUP_TYPES and (kind not in GROUP16_TYPES or kernels.load() is None):
             rest.append((hf_name, t))
             continue
         raw = raw_blocks(t)

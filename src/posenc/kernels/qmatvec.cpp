@@ -230,7 +230,10 @@ void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, 
           for (int r = 0; r < 4; ++r) {
             __m512 scale, minimum;
             pairs16(sm + 2 * ((n + r) * G + g), count, scale, minimum);
-            _mm_prefetch(reinterpret_cast<const char*>(sm + 2 * ((n + r + ahead_rows) * G + g)), _MM_HINT_T0);
+            // 16 groups' pairs: one cache line as float16, two as float32 (K-quants' d · sc)
+            const char* next = reinterpret_cast<const char*>(sm + 2 * ((n + r + ahead_rows) * G + g));
+            _mm_prefetch(next, _MM_HINT_T0);
+            if constexpr (sizeof(S) == 4) _mm_prefetch(next + 64, _MM_HINT_T0);
             _mm512_store_ps(&sdx[r][g - g0], _mm512_mul_ps(scale, d));  // sdx has room past count
             off[r] = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(c), scale, minimum), sum, off[r]);
           }
@@ -407,6 +410,8 @@ void rows16(const uint8_t* w, int64_t K, const float* sc, const int8_t* qx, cons
         for (int r = 0; r < 4; ++r) {
           const uint8_t* wk = w + (n + r) * K + k;
           _mm_prefetch(reinterpret_cast<const char*>(wk) + ahead_bytes, _MM_HINT_T0);
+          if (k % 256 == 0)  // the scales of the next 256 inputs: one cache line
+            _mm_prefetch(reinterpret_cast<const char*>(sc + (n + r + ahead_rows) * G16 + k / 16), _MM_HINT_T0);
           const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_loadu_ps(sc + (n + r) * G16 + k / 16)));
           acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_dot2<true>(wk, y2)), _mm512_mul_ps(s, d), acc[r]);
         }

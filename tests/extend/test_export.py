@@ -116,6 +116,62 @@ def test_gguf_read_back_by_posenc_and_by_transformers(folder, tmp_path, position
         torch.testing.assert_close(hf(ids).logits, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("length", [L0 // 2, 3 * L0])
+def test_longrope_fixed_mode_loads_in_transformers_with_the_variants_logits(folder, tmp_path, length, gen):
+    """A LongRoPE setting as ``posenc finetune search`` writes it for n̂ = 0 (short factors 1, searched long
+    factors, one list for every position: ``max_seq_len`` past L0), and one whose list in use is the short one
+    (``max_seq_len`` ≤ L0): HF's longrope, which picks its list per call, computes posenc's logits at lengths
+    below and above L0."""
+    pairs = 8 // 2  # head width 8, every pair rotated
+    long = sorted((1 + 3 * torch.rand(pairs, generator=gen)).tolist())
+    short = (1 + 0.5 * torch.rand(pairs, generator=gen)).tolist()
+    for max_seq_len, used in ((4 * L0, long), (L0, short)):
+        options = {"factor": 4.0, "short_factor": short, "long_factor": long, "max_seq_len": max_seq_len}
+        out = tmp_path / f"out{max_seq_len}"
+        result = export_model(folder, "rope-longrope", options, out, formats=("hf",))
+        block = result["rope_parameters"]
+        assert block["rope_type"] == "longrope" and block["short_factor"] == block["long_factor"] == used
+        assert block["original_max_position_embeddings"] == L0 and result["max_position_embeddings"] == 4 * L0
+        ids = ids_for(folder, length)
+        want = variant_logits(folder, "rope-longrope", {**options, "original_max_len": L0}, ids)
+        hf = AutoModelForCausalLM.from_pretrained(out).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(hf(ids).logits, want, rtol=1e-4, atol=1e-4)
+    # the other list's logits differ: the test can tell them apart
+    other = variant_logits(folder, "rope-longrope", {"factor": 4.0, "short_factor": short, "long_factor": long,
+                                                     "max_seq_len": L0, "original_max_len": L0}, ids)
+    assert not torch.allclose(other, variant_logits(folder, "rope-longrope", {
+        "factor": 4.0, "short_factor": short, "long_factor": long, "max_seq_len": 4 * L0, "original_max_len": L0},
+        ids), rtol=1e-3, atol=1e-3)
+
+
+def test_command_line_exports_a_longrope_search_result(folder, tmp_path, capsys):
+    """``--setting result.json`` as ``posenc finetune search`` writes it (n̂ = 0: short factors 1, max_seq_len the
+    target length): the HF block holds the searched factors; a file without a method is refused by name."""
+    long = [1.0, 1.5, 2.5, 4.0]
+    result = {"method": "rope-longrope", "options": {"short_factor": [1.0] * 4, "long_factor": long, "factor": 4.0,
+                                                     "attention_factor": 1.2, "original_max_len": L0,
+                                                     "max_seq_len": 4 * L0}}
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    out = tmp_path / "out"
+    assert main(["export", str(folder), "--setting", str(tmp_path / "result.json"), "--format", "hf",
+                 "--out", str(out)]) == 0
+    block = json.loads((out / "config.json").read_text())["rope_parameters"]
+    assert block["long_factor"] == block["short_factor"] == long and block["attention_factor"] == 1.2
+    (tmp_path / "bad.json").write_text(json.dumps({"options": {}}))
+    assert main(["export", str(folder), "--setting", str(tmp_path / "bad.json"), "--out", str(tmp_path / "o2")]) != 0
+    assert "bad.json: needs a 'method' (or 'position') name" in capsys.readouterr().err
+    assert not (tmp_path / "o2").exists()
+
+
+def test_longrope_per_position_mode_and_gguf_are_refused_by_name(folder, tmp_path):
+    with pytest.raises(ValueError, match="per-position mode.*max_seq_len=N"):
+        export_model(folder, "rope-longrope", {"factor": 4.0}, tmp_path / "a", formats=("hf",))
+    with pytest.raises(ValueError, match="rope-longrope.*GGUF: llama.cpp takes per-pair factors.*--format hf"):
+        export_model(folder, "rope-longrope", {"factor": 4.0, "max_seq_len": 4 * L0}, tmp_path / "b")
+    assert not any((tmp_path / n).exists() for n in "ab")
+
+
 def test_methods_without_a_spelling_are_refused_by_name(folder, tmp_path):
     with pytest.raises(ValueError, match="self-extend.*HF: no field.*GGUF: GGUF metadata has no key"):
         export_model(folder, "self-extend", {"group_size": 4}, tmp_path / "a")

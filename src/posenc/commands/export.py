@@ -6,6 +6,11 @@ writes ``smollm2-yarn2/`` (config.json with the matching ``rope_parameters``,
 model.safetensors, tokenizer.json) and ``smollm2-yarn2/model.gguf`` (llama.cpp's
 ``rope.scaling.*`` keys). A scheme with no spelling in a format is refused by
 name, saying which format lacks it (``--format hf`` or ``gguf`` writes one).
+A LongRoPE search's result exports as it was found:
+
+    posenc export MODEL --setting runs/longrope/result.json --format hf --out model-longrope
+
+(``--setting`` reads its ``method`` and ``options``; ``--position-option`` pairs override them).
 See ``posenc.extend.export``.
 """
 
@@ -22,7 +27,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", metavar="MODEL", help="HF model folder (config.json + safetensors + tokenizer.json) or .gguf")
     add_position(p, default="rope", help="the scheme to write: rope, rope-ntk, rope-linear, rope-yarn, rope-llama3 "
-                                         "(HF only); others are refused by name (default: rope)")
+                                         "and rope-longrope (HF only); others are refused by name (default: rope)")
+    p.add_argument("--setting", default=None, metavar="FILE",
+                   help="a JSON file with the scheme ('method' or 'position') and its 'options', e.g. the "
+                        "result.json of `posenc finetune search` (LongRoPE); replaces --position")
     p.add_argument("--format", default="hf,gguf", metavar="hf,gguf",
                    help="which outputs: hf, gguf or both (default both)")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (the GGUF is DIR/model.gguf)")
@@ -38,11 +46,30 @@ def run(args: argparse.Namespace) -> int:
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
     check_output(args.out, "--out", kind="dir")  # before the model is read
+    position, options = args.position, position_options(args)
+    if args.setting is not None:
+        position, found = read_setting(Path(args.setting))
+        options = {**found, **options}
     with hold_out(Path(args.out)):  # one export per folder: two would mix their config.json, weights and GGUF
-        result = export_model(args.model, args.position, position_options(args), args.out, formats=formats)
+        result = export_model(args.model, position, options, args.out, formats=formats)
     if not args.quiet:
         print(f"rope_parameters: {result['rope_parameters']}; GGUF keys: {result['gguf_rope'] or 'none (plain RoPE)'}")
         for path in result.get("hf", []) + ([result["gguf"]] if "gguf" in result else []):
             print(f"wrote {path}")
     write_json(args, result)
     return 0
+
+
+def read_setting(path: Path) -> tuple[str, dict]:
+    """(scheme, options) of a ``--setting`` file: ``{"method" or "position": NAME, "options": {...}}``."""
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise ValueError(f"--setting {path}: not a readable JSON file ({err})") from None
+    name = data.get("position", data.get("method")) if isinstance(data, dict) else None
+    if not isinstance(name, str) or not isinstance(data.get("options", {}), dict):
+        raise ValueError(f"--setting {path}: needs a 'method' (or 'position') name and an 'options' object, as "
+                         "`posenc finetune search` writes in result.json")
+    return name, dict(data.get("options", {}))

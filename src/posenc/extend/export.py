@@ -27,8 +27,21 @@ posenc scheme               HF ``rope_parameters``                       GGUF
 ``rope-yarn``               ``yarn`` + factor, original, betas, attn.    ``yarn`` + the same keys
 ``rope-llama3``             ``llama3`` + factor, low/high, original      refused (llama.cpp spells it as a
                                                                          ``rope_freqs.weight`` tensor, which
-                                                                         posenc's reader does not read)
+                                                                         transformers' GGUF loader does not read)
+``rope-longrope``           ``longrope``: the one factor list in use as  refused (the same: per-pair factors
+(fixed: ``max_seq_len``)    both short_ and long_factor, factor,         are a ``rope_freqs.weight`` tensor
+                            original, attention_factor                   to llama.cpp)
 ==========================  ===========================================  ======================================
+
+LongRoPE: HF's ``longrope`` picks one factor list per forward call — short
+for a call of at most ``original_max_position_embeddings`` positions, long
+beyond — which is posenc's fixed mode (``max_seq_len``: one list for every
+position); the exported block holds the list that mode uses as both lists, so
+HF rotates as posenc's variant at every length. posenc's per-position mode
+(``max_seq_len`` unset: positions below ``original_max_len`` take the short
+factors — LongRoPE's n̂ start tokens) has no HF spelling and is refused,
+naming the option; ``posenc finetune search`` writes the fixed mode for
+n̂ = 0.
 
 Refused by name, saying which format lacks it (``REFUSED``): dynamic NTK (HF's
 ``dynamic`` re-derives the base from each forward call's length — neither of
@@ -58,7 +71,7 @@ from torch import Tensor
 from posenc.positions.rotary import convert_qk_weight
 from posenc.positions.rotary_scaling import ntk_base, yarn_mscale
 
-HF_TYPES = ("rope", "rope-ntk", "rope-linear", "rope-yarn", "rope-llama3")
+HF_TYPES = ("rope", "rope-ntk", "rope-linear", "rope-yarn", "rope-llama3", "rope-longrope")
 GGUF_TYPES = ("rope", "rope-ntk", "rope-linear", "rope-yarn")
 _REMAP = ("no field of HF's config.json describes per-pair positions (transformers implements none of "
           "Self-Extend, ReRoPE, STRING, DCA)")
@@ -70,8 +83,11 @@ REFUSED: dict[str, dict[str, str]] = {
         "hf": "HF's 'dynamic' type re-derives the base from each forward call's length (a cached key keeps the "
               "base of the call that made it), which is neither posenc's per-position nor its fixed mode",
         "gguf": "llama.cpp has no dynamic NTK scaling type"},
-    "rope-llama3": {"gguf": "llama.cpp spells Llama 3.1 scaling as a rope_freqs.weight tensor, which posenc's GGUF "
-                            "reader does not read back, so the round trip cannot be checked"},
+    "rope-llama3": {"gguf": "llama.cpp spells Llama 3.1 scaling as a rope_freqs.weight tensor, which transformers' "
+                            "GGUF loader does not read, so the file would not load to the same logits there"},
+    "rope-longrope": {"gguf": "llama.cpp takes per-pair factors for llama only as a rope_freqs.weight tensor, which "
+                              "transformers' GGUF loader does not read, so the file would not load to the same logits "
+                              "there"},
     **{name: {"hf": _REMAP, "gguf": _REMAP_GGUF} for name in ("self-extend", "rerope", "rerope-leaky", "string",
                                                             "dca")},
 }
@@ -149,6 +165,23 @@ def spelling(position: str, options: dict[str, Any], *, base: float, rotary_dim:
                  "low_freq_factor": float(options.get("low_freq_factor", 1.0)),
                  "high_freq_factor": float(options.get("high_freq_factor", 4.0)),
                  "original_max_position_embeddings": original}
+        return RopeSpelling(block, round(factor * original), {})
+    if position == "rope-longrope":
+        length = options.get("max_seq_len")
+        if length is None:
+            raise ValueError("rope-longrope in its per-position mode (positions below original_max_len take the short "
+                             "factors, LongRoPE's start tokens) has no HF spelling: HF's longrope picks one list per "
+                             "forward call. Give --position-option max_seq_len=N (one list for every position: the "
+                             "long factors when N > original_max_len, as the LongRoPE search writes for n̂ = 0)")
+        used = [float(v) for v in options["long_factor" if int(length) > original else "short_factor"]]
+        from posenc.positions.rotary_scaling import LongRoPE
+
+        attention = options.get("attention_factor")
+        if attention is None:  # the scheme's own default, written out so HF need not re-derive it
+            attention = LongRoPE(head_dim=rotary_dim, factor=factor, original_max_len=original,
+                                 short_factor=used, long_factor=used).attention_factor
+        block = {"rope_type": "longrope", "rope_theta": base, "short_factor": used, "long_factor": used,
+                 "factor": factor, "original_max_position_embeddings": original, "attention_factor": float(attention)}
         return RopeSpelling(block, round(factor * original), {})
     raise ValueError(f"no spelling for {position!r}")  # check_exportable refuses it first
 

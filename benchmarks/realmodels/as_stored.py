@@ -303,18 +303,20 @@ def speed(frameworks: list[str], threads: int, rounds: int, work: Path, score_to
             "all": rows, "same_64_tokens_as_posenc_f32": {f: tokens[f] == tokens.get("posenc-f32") for f in tokens}}
 
 
-def accuracy(threads: int, long_tokens: int) -> dict[str, Any]:
-    """As-stored vs dequantised float32 on 2,048 GPL-3 tokens; bfloat16 vs float32 activations per bucket."""
+def accuracy(threads: int, long_tokens: int, work: Path = Path("/tmp/posenc-realmodels")) -> dict[str, Any]:
+    """As-stored vs dequantised float32 on 2,048 GPL-3 tokens; bfloat16 vs float32 activations per bucket (the
+    model of ``--model``)."""
     import torch
     import torch.nn.functional as F
 
     from posenc.pretrained import load_pretrained
 
     torch.set_num_threads(threads)
-    ids = torch.tensor([text_ids(max(2048, long_tokens))])
+    ids = torch.tensor([text_ids(max(2048, long_tokens), work)])
     from posenc.models.quant import QuantLinear
 
-    stored, ref = load_pretrained(gguf_path()), load_pretrained(gguf_path(), weights="dequantised")
+    path = model_gguf(work)
+    stored, ref = load_pretrained(path), load_pretrained(path, weights="dequantised")
     quant = [m for m in stored.model.modules() if isinstance(m, QuantLinear)]
     chunk = 64  # below every layer's blas_rows: each chunk runs on the decoding kernel, not on exact weights
     assert quant and all(chunk < m.blas_rows for m in quant)
@@ -334,7 +336,7 @@ def accuracy(threads: int, long_tokens: int) -> dict[str, Any]:
                                                 "nll_f32": float(nll(b, ids[:, :2048]).mean())}}
     out["one_token_steps"] = one_token_steps(stored.model, ids[:, :STEP_TOKENS], b[:, :STEP_TOKENS])
     del a, b, stored
-    bf16 = load_pretrained(gguf_path(), weights="dequantised", dtype="bfloat16")
+    bf16 = load_pretrained(path, weights="dequantised", dtype="bfloat16")
     x = ids[:, :long_tokens]
     with torch.no_grad():
         t0 = time.perf_counter()
@@ -484,8 +486,6 @@ def main() -> None:
         return
     frameworks = list(args.frameworks)
     skipped = {}
-    if args.accuracy and args.model != "smollm2":
-        sys.exit("--accuracy is recorded for SmolLM2 only")
     if any(f.startswith("llama.cpp") for f in frameworks) and (why := llamacpp_missing()):
         for f in [f for f in frameworks if f.startswith("llama.cpp")]:
             frameworks.remove(f)
@@ -507,7 +507,7 @@ def main() -> None:
     result["speed"] = [speed(frameworks, t, args.rounds, args.work, args.score_tokens if t in scoring else 0)
                        for t in args.threads] if args.rounds else []
     if args.accuracy:
-        result["accuracy"] = accuracy(min(args.threads), args.long_tokens)
+        result["accuracy"] = accuracy(min(args.threads), args.long_tokens, args.work)
     result["machine_at_end"], result["wall_s"] = machine(), round(time.time() - began)
     (args.out / "results.json").write_text(json.dumps(result, indent=1))
     (args.out / "results.md").write_text(render(result))

@@ -96,7 +96,9 @@ def load_start(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: 
     from posenc.pretrained import load_pretrained, require_causal_lm
 
     require_causal_lm(path, command="finetune")
-    pm = load_pretrained(str(path), dtype=dtype, device=device)
+    # float weights: training (and LoRA beside each nn.Linear) needs them; a GGUF would otherwise load as stored,
+    # its projections quantised QuantLinear modules with no gradient
+    pm = load_pretrained(str(path), dtype=dtype, device=device, weights="dequantised")
     return Start(pm.model.eval(), pm.tokenizer, int(pm.config.max_position_embeddings), str(path.resolve()),
                  "pretrained")
 

@@ -3,7 +3,8 @@
 ``qmatvec.cpp`` (beside this file) multiplies a few input rows by a group-quantised weight the way
 llama.cpp does: each group of 32 inputs rounded to 8-bit integers, integer dot products with the
 4- or 8-bit weights (AVX-512 VNNI ``dpbusd`` where the CPU has it, else AVX2 ``maddubs``), one
-float multiply per group. PyTorch's own int4 kernel
+float multiply per group (per 32 weights with a scale and a minimum; per 16 for symmetric weights with
+a scale alone, GGUF's Q6_K: :func:`pack_scales16`). PyTorch's own int4 kernel
 (``_weight_int4pack_mm_for_cpu``) works in bfloat16 and took 32 ms of a 77 ms SmolLM2 token on
 this project's 2-core AVX2 machine; see ``benchmarks/realmodels/README.md`` for the measurements.
 

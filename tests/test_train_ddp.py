@@ -90,4 +90,11 @@ def test_two_gloo_processes_train_the_same_model_as_one(tmp_path: Path, seed: in
             # Its true gradient is exactly 0 (a key bias shifts a whole softmax row), so Adam
             # normalises pure rounding noise there: any summation order gives a different value.
             continue
-        torch.testing.assert_close(ddp[key], single[key], rtol=1e-4, atol=1e-5, msg=key)
+        # Adam normalises each gradient element by its own history: an element whose gradient is near rounding
+        # noise at some step takes a step of up to lr whatever its sign, so the two summation orders may part
+        # there (measured: seed 912104342, 1 of 1,024 out_proj weights 4e-5 apart, the rest ≤ 4e-6). A real
+        # DDP fault (gradients not averaged, a rank's batch lost) moves every element by O(lr) = 1e-2 per step.
+        diff = (ddp[key] - single[key]).abs()
+        close = diff <= 1e-5 + 1e-4 * single[key].abs()
+        assert float(diff.max()) < 1e-3, (key, float(diff.max()))
+        assert float(close.float().mean()) >= 0.995, (key, int((~close).sum()), diff.numel())

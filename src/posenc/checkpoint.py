@@ -50,6 +50,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -148,8 +149,23 @@ def restore_rng(state: dict[str, Tensor]) -> None:
 
 
 # -- optimiser state: tensors to safetensors, the rest to JSON ----------------------
-def _split_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    sd = optimizer.state_dict()
+@dataclass(frozen=True)
+class OptimizerState:
+    """An optimiser's ``state_dict()`` held apart from the optimiser (integer parameter indices, as torch's).
+
+    What a sharded run (``posenc.fsdp``) gathers on rank 0 and writes in place of a live optimiser, so the
+    checkpoint is the one a single process writes.
+    """
+
+    class_name: str
+    state_dict: dict[str, Any]
+
+
+def _split_optimizer(optimizer: torch.optim.Optimizer | OptimizerState) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    if isinstance(optimizer, OptimizerState):
+        sd, name = optimizer.state_dict, optimizer.class_name
+    else:
+        sd, name = optimizer.state_dict(), type(optimizer).__name__
     tensors: dict[str, Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for index, entry in sd["state"].items():
@@ -158,7 +174,7 @@ def _split_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor
                 tensors[f"state.{index}.{key}"] = value.detach().cpu().contiguous()
             else:
                 scalars.setdefault(str(index), {})[key] = value
-    meta = {"class": type(optimizer).__name__, "param_groups": sd["param_groups"], "scalars": scalars,
+    meta = {"class": name, "param_groups": sd["param_groups"], "scalars": scalars,
             "tensor_keys": sorted(tensors)}
     return tensors, meta
 
@@ -185,7 +201,7 @@ def save_checkpoint(
     *,
     model: nn.Module,
     step: int,
-    optimizer: torch.optim.Optimizer | None = None,
+    optimizer: torch.optim.Optimizer | OptimizerState | None = None,
     rng_states: list[dict[str, Tensor]] | None = None,
     state: dict[str, Any] | None = None,
     keep_last: int = 2,
@@ -196,7 +212,8 @@ def save_checkpoint(
         directory: the run's checkpoint directory (created if missing).
         model: the model (a DDP wrapper is unwrapped); its ``config.to_dict()`` is stored if it has one.
         step: number of optimiser updates done.
-        optimizer: its tensors go to ``optimizer.safetensors``, its hyper-parameters to JSON.
+        optimizer: its tensors go to ``optimizer.safetensors``, its hyper-parameters to JSON (a live optimiser,
+            or an :class:`OptimizerState` gathered from a sharded one).
         rng_states: one :func:`capture_rng` dict per rank (default: this process only).
         state: extra JSON-serialisable data (train config, scheduler, history, task…).
         keep_last: how many step directories to keep (older ones are deleted); ≥ 1.
@@ -571,6 +588,22 @@ def load_weights(path: str | os.PathLike[str], model: nn.Module) -> dict[str, An
     return meta
 
 
+def read_optimizer_state(meta: dict[str, Any], class_name: str) -> dict[str, Any]:
+    """The optimiser ``state_dict()`` of a checkpoint (``meta`` from :func:`read_state`), checked to be ``class_name``'s.
+
+    Raises:
+        ValueError: the checkpoint holds no optimiser state, or another optimiser's.
+    """
+    step_dir = Path(meta["path"])
+    saved = meta.get("optimizer")
+    if saved is None:
+        raise ValueError(f"checkpoint {step_dir} holds no optimiser state; cannot resume training from it")
+    if saved["class"] != class_name:
+        raise ValueError(f"checkpoint {step_dir} has {saved['class']} state, the optimiser is {class_name}")
+    tensors = load_file(str(step_dir / OPTIMIZER_FILE)) if (step_dir / OPTIMIZER_FILE).exists() else {}
+    return _join_optimizer(tensors, saved)
+
+
 def load_checkpoint(
     path: str | os.PathLike[str],
     *,
@@ -596,14 +629,9 @@ def load_checkpoint(
     meta = load_weights(path, model)
     step_dir = Path(meta["path"])
     if optimizer is not None:
-        saved = meta.get("optimizer")
-        if saved is None:
-            raise ValueError(f"checkpoint {step_dir} holds no optimiser state; cannot resume training from it")
-        if saved["class"] != type(optimizer).__name__:
-            raise ValueError(f"checkpoint {step_dir} has {saved['class']} state, the optimiser is {type(optimizer).__name__}")
-        tensors = load_file(str(step_dir / OPTIMIZER_FILE)) if (step_dir / OPTIMIZER_FILE).exists() else {}
+        saved = read_optimizer_state(meta, type(optimizer).__name__)
         try:
-            optimizer.load_state_dict(_join_optimizer(tensors, saved))
+            optimizer.load_state_dict(saved)
         except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as err:
             raise ValueError(f"optimiser state in {step_dir} does not fit this model's parameters: {err}") from None
     if meta["rng_ranks"] != world_size:

@@ -1,4 +1,4 @@
-"""A short, model-agnostic training loop: AdamW, warm-up + cosine, clipping, eval, checkpoints, DDP.
+"""A short, model-agnostic training loop: AdamW, warm-up + cosine, clipping, eval, checkpoints, DDP or FSDP.
 
 The caller supplies three functions and the loop does the rest:
 
@@ -34,7 +34,9 @@ Tiny CPU example::
 
 Under ``torchrun --nproc_per_node=N`` the same code runs data-parallel
 (DistributedDataParallel; gloo on CPU, NCCL on GPU): call :func:`init_distributed`
-first (the ``posenc`` commands do).
+first (the ``posenc`` commands do). ``train(..., fsdp=True)`` shards the
+parameters, gradients and optimiser state over the ranks instead (FSDP2,
+``posenc.fsdp``), with the same result and the same checkpoint files.
 
 Schedule: linear warm-up over ``warmup_steps`` updates to ``lr``, then a cosine
 decay to ``min_lr`` at the last update (Loshchilov & Hutter, SGDR, 2017; the
@@ -65,6 +67,7 @@ from posenc.checkpoint import (
     check_run_dir,
     clean_temporaries,
     load_checkpoint,
+    read_optimizer_state,
     read_state,
     refuse_existing_run,
     restore_rng,
@@ -168,6 +171,9 @@ class TrainResult:
     total_seconds: float = 0.0
     total_cpu_seconds: float = 0.0
     stopped_early: bool = False  #: ``stop_when`` said an evaluation was good enough before ``config.steps``
+    #: the trained model with its full weights: the module passed in, or under FSDP rank 0's gathered copy
+    #: (``posenc.fsdp.Sharded.host``; None on the other ranks, whose module holds only its shards)
+    model: nn.Module | None = None
 
     @property
     def final_loss(self) -> float:
@@ -346,6 +352,7 @@ def train(
     resume: bool = False,
     extra_state: dict[str, Any] | None = None,
     stop_when: StopFn | None = None,
+    fsdp: bool = False,
 ) -> TrainResult:
     """Train ``model`` for ``config.steps`` updates (see the module docstring for the three functions).
 
@@ -359,6 +366,10 @@ def train(
         extra_state: JSON data stored in every checkpoint (e.g. the task and model options).
         stop_when: called with each periodic evaluation (``{"step", **metrics}``); True ends training
             there (e.g. a convergence gate: stop once held-out accuracy reaches a threshold).
+        fsdp: under a process group, shard parameters, gradients and optimiser state over the ranks
+            (``posenc.fsdp``: FSDP2, one unit per block) instead of replicating them with DDP; ``model`` is
+            sharded in place and the trained weights come back as ``result.model`` on rank 0. The
+            checkpoints are the same files either way. Ignored in a single process.
 
     Returns:
         A TrainResult; ``interrupted`` is True after Ctrl-C/SIGTERM (state saved if a directory was given).
@@ -374,7 +385,8 @@ def train(
     if checkpoint_dir is not None:
         check_run_dir(checkpoint_dir)
     inner = model
-    optimizer = make_optimizer(inner, config)
+    sharding = fsdp and info.world_size > 1
+    optimizer = None if sharding else make_optimizer(inner, config)  # a sharded model's once it is sharded
     start, history, evals = 0, [], []
     spent = {"seconds": 0.0, "cpu_seconds": 0.0}  # by the calls this one resumes (saved in every checkpoint)
     if resume:
@@ -383,17 +395,30 @@ def train(
         saved = read_state(checkpoint_dir)  # type: ignore[arg-type]
         _check_resumable({**saved["state"], "_step": saved["step"]}, config, extra_state, saved["path"])
         meta = load_checkpoint(saved["path"], model=inner, optimizer=optimizer, rank=info.rank,
-                               world_size=info.world_size)
+                               world_size=info.world_size)  # a sharded run's optimiser state: once sharded
         start, history, evals = meta["step"], meta["state"].get("history", []), meta["state"].get("evals", [])
         before = meta["state"].get("spent")
         if isinstance(before, dict):  # checkpoints written before this was recorded have none: 0
             spent = {k: float(before.get(k, 0.0)) for k in spent}
-        _check_optimizer_settings(optimizer, config, saved["path"])
     else:
         torch.manual_seed(config.seed + info.rank)
-    if info.world_size > 1:
+    sharded = None
+    if sharding:
+        from posenc.fsdp import Sharded
+
+        with torch.no_grad():  # rank 0's weights everywhere, as DDP's constructor broadcasts them
+            for tensor in [*inner.parameters(), *inner.buffers()]:
+                dist.broadcast(tensor, src=0)
+        sharded = Sharded(inner, is_main=info.is_main)
+        optimizer = make_optimizer(inner, config)
+        if resume:
+            sharded.load_optimizer_state(optimizer, read_optimizer_state(meta, type(optimizer).__name__))
+    elif info.world_size > 1:
         ids = [info.device.index] if info.device.type == "cuda" else None
         model = nn.parallel.DistributedDataParallel(inner, device_ids=ids)
+    assert optimizer is not None
+    if resume:
+        _check_optimizer_settings(optimizer, config, saved["path"])
     params = [p for g in optimizer.param_groups for p in g["params"]]
 
     def totals() -> dict[str, float]:
@@ -406,25 +431,31 @@ def train(
         if checkpoint_dir is None:
             return None
         rng = _gather_rng(info)  # collective: every rank takes part
+        weights, moments = inner, optimizer
+        if sharded is not None:  # collective too: the full tensors, on rank 0
+            weights, moments = sharded.gather(), sharded.optimizer_state(optimizer)
         path = None
         if info.is_main:
             state = {"train_config": config.to_dict(), "scheduler": {"kind": "warmup-cosine", "next_step": step,
                      "lr": lr_at(min(step, config.steps - 1), config)}, "history": history, "evals": evals,
                      "world_size": info.world_size, "spent": totals(), **(extra_state or {})}
-            path = str(save_checkpoint(checkpoint_dir, model=inner, step=step, optimizer=optimizer,
+            path = str(save_checkpoint(checkpoint_dir, model=weights, step=step, optimizer=moments,
                                        rng_states=rng, state=state, keep_last=config.keep_checkpoints))
         if info.world_size > 1:
             dist.barrier()
         return path
 
     def run_eval(step: int) -> None:
-        if evaluate is None or not info.is_main:
+        if evaluate is None:
             return
-        was_training = inner.training
-        inner.eval()
+        target = inner if sharded is None else sharded.gather()  # collective under FSDP
+        if not info.is_main or target is None:
+            return
+        was_training = target.training
+        target.eval()
         with torch.no_grad():
-            metrics = evaluate(inner, step)
-        inner.train(was_training)
+            metrics = evaluate(target, step)
+        target.train(was_training)
         if evals and evals[-1]["step"] == step:  # re-evaluating a resumed, finished run
             evals.pop()
         evals.append({"step": step, **metrics})
@@ -457,7 +488,8 @@ def train(
             if total_count <= 0:
                 raise ValueError(f"batch of step {step} has no supervised tokens (count={total_count})")
             (loss_sum * (info.world_size / total_count)).backward()
-            norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip or math.inf))
+            norm_t = torch.nn.utils.clip_grad_norm_(params, config.grad_clip or math.inf)
+            norm = float(norm_t.full_tensor() if hasattr(norm_t, "full_tensor") else norm_t)  # FSDP: a DTensor
             if not math.isfinite(norm):
                 raise NonFiniteLossError(
                     f"gradient norm is {norm} at step {step} (loss {total_loss / total_count:.4g}, lr {lr:.3g}); "
@@ -487,6 +519,7 @@ def train(
         if not (result.interrupted or result.stopped_early):  # an early stop was just evaluated
             run_eval(result.step)
         result.checkpoint = save(result.step) or result.checkpoint
+    result.model = inner if sharded is None else sharded.gather()
     result.seconds, result.cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
     result.total_seconds = spent["seconds"] + result.seconds
     result.total_cpu_seconds = spent["cpu_seconds"] + result.cpu_seconds

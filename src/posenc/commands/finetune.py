@@ -117,14 +117,17 @@ def _finetune(args: argparse.Namespace, info: Any, out: Any, method: str, search
     log = (lambda _m: None) if args.quiet or not info.is_main else (lambda m: print(m, file=stream, flush=True))
     log(f"finetune: {start.source} ({start.kind}), {method}" + (f" ×{cfg.factor:g}" if cfg.factor else "")
         + f" at {length} tokens, {'LoRA r=' + str(cfg.lora_rank) if cfg.lora_rank else 'full fine-tuning'}, "
-          f"{cfg.steps} steps × {cfg.batch_size} windows" + (f" on {info.world_size} processes" if info.world_size > 1
-                                                              else ""))
-    res = finetune(start, cfg, out_dir=out, resume=args.resume, progress=not args.quiet and info.is_main, log=log)
+          f"{cfg.steps} steps × {cfg.batch_size} windows" + (f" on {info.world_size} processes"
+                                                              + (" (FSDP)" if args.fsdp else " (DDP)")
+                                                              if info.world_size > 1 else ""))
+    res = finetune(start, cfg, out_dir=out, resume=args.resume, progress=not args.quiet and info.is_main, log=log,
+                   fsdp=args.fsdp)
     summary = {"command": _command(), "config": cfg.to_dict(), "start": start.source, "step": res.step,
                "interrupted": res.interrupted, "before": res.before, "evals": res.evals, "history": res.history,
                "wall_seconds": round(time.perf_counter() - began, 1), "train_seconds": round(res.seconds, 1),
                "peak_memory_mb": round(res.peak_memory_mb, 1), "trainable_parameters": res.trainable,
-               "world_size": info.world_size}
+               "world_size": info.world_size, "parallel": ("fsdp" if args.fsdp else "ddp") if info.world_size > 1
+               else None}
     if info.is_main:
         if res.history:
             log(f"step {res.step}: loss {res.history[-1]['loss']:.4f} ({res.seconds:.0f} s, peak memory "
@@ -262,6 +265,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--checkpoint-every", type=int_at_least(0), default=0,
                    help="save every N updates (0: at the end and on Ctrl-C)")
     q.add_argument("--resume", action="store_true", help="continue the run in --out exactly")
+    q.add_argument("--fsdp", action="store_true",
+                   help="under torchrun: shard weights, gradients and AdamW state over the processes (FSDP2) "
+                        "instead of replicating them (DDP); same result and checkpoints")
     add_out(q, default=None, help="run folder: checkpoints/, before.json, result.json")
     add_json(q)
     add_seed(q, help="seeds the training windows and the passkey trials")

@@ -5,7 +5,7 @@ checkpoint (``posenc.finetune.model.method_model``: config with the position
 replaced, same weights), optionally wraps projections with LoRA
 (``posenc.models.lora``), and trains it with ``posenc.train.train`` — AdamW,
 linear warm-up then cosine, gradient clipping, atomic checkpoints with exact
-resume, DDP under ``torchrun``, a tqdm bar — on windows of ``cfg.length``
+resume, DDP (or FSDP, ``fsdp=True``) under ``torchrun``, a tqdm bar — on windows of ``cfg.length``
 tokens of a real text (``posenc.finetune.data``). The measures of ``posenc
 extend`` (``posenc.finetune.measure``) are taken before the first update and
 every ``eval_every`` updates.
@@ -211,7 +211,8 @@ class FinetuneResult:
 
 
 def finetune(start: Start, cfg: FinetuneConfig, *, out_dir: str | Path | None = None, resume: bool = False,
-             progress: bool = True, tokens: Tensor | None = None, log: Any = print) -> FinetuneResult:
+             progress: bool = True, tokens: Tensor | None = None, log: Any = print,
+             fsdp: bool = False) -> FinetuneResult:
     """Fine-tune ``start`` as ``cfg`` says; checkpoints in ``out_dir/checkpoints``, measures in ``out_dir``.
 
     Args:
@@ -219,6 +220,9 @@ def finetune(start: Start, cfg: FinetuneConfig, *, out_dir: str | Path | None = 
         out_dir: run folder (None: nothing on disk, no resume).
         resume: continue the run in ``out_dir`` exactly (same config).
         tokens: the training text as token ids (default: ``cfg.train_text`` read and tokenised).
+        fsdp: under ``torchrun``, shard the model, its gradients and AdamW's state over the processes
+            (``posenc.fsdp``) instead of replicating them (DDP); same result, same checkpoints. The returned
+            model is then rank 0's gathered copy (the other ranks get their sharded module).
 
     Returns:
         A FinetuneResult (the trained model, the measures before and at each evaluation, the loss history).
@@ -273,9 +277,9 @@ def finetune(start: Start, cfg: FinetuneConfig, *, out_dir: str | Path | None = 
     began = time.perf_counter()
     with loss_forward(model, chunk=cfg.chunk), gradient_checkpointing(model, cfg.grad_checkpoint):
         result = train(model, loss_fn, batches, cfg.train_config(progress=progress), evaluate=evaluate,
-                       checkpoint_dir=ckpt_dir, resume=resume, extra_state=extra)
+                       checkpoint_dir=ckpt_dir, resume=resume, extra_state=extra, fsdp=fsdp)
     seconds = time.perf_counter() - began
-    res = FinetuneResult(model=model, before=before, evals=result.evals, history=result.history, step=result.step,
+    res = FinetuneResult(model=result.model if result.model is not None else model, before=before, evals=result.evals, history=result.history, step=result.step,
                          interrupted=result.interrupted, seconds=seconds, total_seconds=result.total_seconds,
                          peak_memory_mb=peak_memory_mb(device), trainable=trainable, tokens=result.tokens)
     if out is not None and info.is_main:

@@ -48,26 +48,31 @@ def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
     l0 = cfg.original_max_len
     top = cfg.eval_factor * l0
     grouped: dict[tuple[float, str, int], list[dict[str, Any]]] = defaultdict(list)
+    seeds_of: dict[tuple[float, str, int], list[int]] = defaultdict(list)
     for cell in cells:
         for step, m in cell["measures"].items():
             key = (cell["factor"], cell["method"], int(step))
             if int(step) == 0 and grouped[key]:
                 continue  # before fine-tuning every seed measures the same model: one measure, not n copies
             grouped[key].append(m)
+            seeds_of[key].append(cell.get("seed", len(seeds_of[key])))
     rows = []
     order = {m: i for i, m in enumerate(cfg.methods)}
     for (factor, method, step), ms in sorted(grouped.items(),
                                              key=lambda kv: (kv[0][0], kv[0][2], order.get(kv[0][1], 99))):
         ranges = {"in_range": (0, l0), "to_target": (l0, int(factor * l0)), "beyond": (int(factor * l0), top)}
         row: dict[str, Any] = {"factor": factor, "method": method, "step": step, "seeds": len(ms), "ppl": {},
-                               "passkey": {}, "curve": {}}
+                               "passkey": {}, "curve": {}, "nll": {}}
         for doc in cfg.documents:
-            per = {}
+            per, by_seed = {}, {}
             for name, (lo, hi) in ranges.items():
-                vals = [v for v in (range_nll(m["loss"][doc]["buckets"], lo, hi) for m in ms if doc in m["loss"])
-                        if v is not None]
+                pairs = [(sd, range_nll(m["loss"][doc]["buckets"], lo, hi))
+                         for sd, m in zip(seeds_of[(factor, method, step)], ms) if doc in m["loss"]]
+                vals = [v for _, v in pairs if v is not None]
                 per[name] = interval(vals) if vals else None
+                by_seed[name] = {str(sd): v for sd, v in pairs if v is not None}
             row["ppl"][doc] = per
+            row["nll"][doc] = by_seed  # mean loss per seed and range: what the claims pair
             buckets = [m["loss"][doc]["buckets"] for m in ms if doc in m["loss"]]
             if buckets:
                 row["curve"][doc] = {"position": [(b["start"] + b["end"]) / 2 for b in buckets[0]],
@@ -81,7 +86,7 @@ def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
             row["passkey"][length] = {"correct": ok, "trials": n, "accuracy": ok / n if n else None,
                                       "wilson95": list(wilson(ok, n))}
         rows.append(row)
-    return {"rows": rows, "reading": reading(rows, cfg)}
+    return {"rows": rows, "reading": reading(rows, cfg), "claims": claims(rows, cfg)}
 
 
 def _get(rows: list[dict[str, Any]], factor: float, method: str, step: int, doc: str, rng: str) -> Any:
@@ -134,6 +139,124 @@ def reading(rows: list[dict[str, Any]], cfg: Any) -> list[str]:
     return out
 
 
+#: "holds beyond s·L0": perplexity past the fine-tuning length at most this much above the one up to it
+BEYOND_TOLERANCE = 1.10
+#: YaRN's claim: PI's perplexity reached in 2.5x fewer steps (Peng et al., 2023, section 4)
+YARN_STEP_RATIO = 2.5
+
+
+def _ratio(row_nll: dict[str, dict[str, float]], num: str, den: str) -> dict[str, Any] | None:
+    """exp of the per-seed difference of two ranges' losses: mean and 95 % t-interval of the ratio of perplexities."""
+    a, b = row_nll.get(num) or {}, row_nll.get(den) or {}
+    diffs = [a[s] - b[s] for s in sorted(set(a) & set(b))]
+    return interval(diffs) if diffs else None
+
+
+def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
+    """The papers' fine-tuning claims, each with its rule, what was measured and a verdict.
+
+    Verdicts: ``holds``, ``does not hold``, ``undecided`` (the intervals do not settle it) or ``not measured``.
+    Perplexities are over [L0, s·L0) of the first document unless a claim says otherwise; intervals are
+    95 % Student-t over the fine-tuning seeds (a verdict from one seed is marked ``undecided`` where the rule
+    needs an interval).
+    """
+    out: list[dict[str, Any]] = []
+    doc = cfg.documents[0]
+    steps = sorted({r["step"] for r in rows})
+    if not steps:
+        return out
+    last = steps[-1]
+
+    def row(factor: float, method: str, step: int) -> dict[str, Any] | None:
+        return next((r for r in rows if (r["factor"], r["method"], r["step"]) == (factor, method, step)), None)
+
+    for factor in cfg.factors:
+        # 1. YaRN reaches PI's perplexity in fewer steps
+        pi = (row(factor, "rope-linear", last) or {}).get("ppl", {}).get(doc, {}).get("to_target")
+        claim = {"id": "yarn-fewer-steps", "paper": "YaRN (Peng et al., 2023), section 4",
+                 "claim": f"YaRN reaches PI's perplexity with {YARN_STEP_RATIO:g}x fewer fine-tuning steps",
+                 "factor": factor, "rule": (f"first measured step at which YaRN's mean perplexity on [L0, s·L0) is "
+                                            f"at or below PI's after {last} steps; holds if that step is at most "
+                                            f"{last}/{YARN_STEP_RATIO:g}, does not hold if YaRN never reaches it "
+                                            "or only at the same step")}
+        yarn = {s: (row(factor, "rope-yarn", s) or {}).get("ppl", {}).get(doc, {}).get("to_target") for s in steps}
+        if not pi or last == 0 or not all(yarn.values()):
+            out.append({**claim, "measured": None, "verdict": "not measured"})
+        else:
+            reached = next((s for s in steps if yarn[s]["ppl"] <= pi["ppl"]), None)
+            measured = {"pi_ppl": pi, "pi_steps": last, "yarn_step": reached,
+                        "yarn_ppl": yarn[reached] if reached is not None else yarn[last]}
+            if reached is None or reached >= last:
+                verdict = "does not hold"
+            elif reached <= last / YARN_STEP_RATIO:
+                verdict = "holds"
+            else:
+                verdict = "undecided"  # fewer steps, but not the claimed factor at the measured steps
+            out.append({**claim, "measured": measured, "verdict": verdict})
+        # 2. fine-tuned at s·L0, it keeps working beyond s·L0
+        for method in cfg.methods:
+            r = row(factor, method, last)
+            claim = {"id": "holds-beyond", "paper": "YaRN (Peng et al., 2023), sections 4.3-4.4",
+                     "claim": f"{LABEL(method)} fine-tuned at s·L0 keeps its perplexity beyond s·L0",
+                     "factor": factor, "method": method,
+                     "rule": (f"per seed, ppl on [s·L0, {cfg.eval_factor}·L0) ÷ ppl on [L0, s·L0) after {last} steps; "
+                              f"holds if the 95 % interval's top is at most {BEYOND_TOLERANCE:g}, does not hold if "
+                              f"its bottom is above {BEYOND_TOLERANCE:g}")}
+            ratio = None if r is None or last == 0 else _ratio(r["nll"].get(doc, {}), "beyond", "to_target")
+            if ratio is None:
+                out.append({**claim, "measured": None, "verdict": "not measured"})
+                continue
+            if ratio["hi"] is None:
+                verdict = "undecided"
+            elif ratio["hi"] <= BEYOND_TOLERANCE:
+                verdict = "holds"
+            elif ratio["lo"] > BEYOND_TOLERANCE:
+                verdict = "does not hold"
+            else:
+                verdict = "undecided"
+            out.append({**claim, "measured": {"ratio": ratio, "seeds": ratio["n"]}, "verdict": verdict})
+        # 3. searched LongRoPE beats YaRN, without and with fine-tuning
+        for step in sorted({0, last}):
+            y, lr = ((row(factor, m, step) or {}).get("ppl", {}).get(doc, {}).get("to_target")
+                     for m in ("rope-yarn", "rope-longrope"))
+            claim = {"id": "longrope-beats-yarn", "paper": "LongRoPE (Ding et al., 2024), section 4",
+                     "claim": "searched LongRoPE factors give lower perplexity than YaRN's", "factor": factor,
+                     "step": step,
+                     "rule": ("no fine-tuning: one deterministic model each, holds if LongRoPE's perplexity is lower"
+                              if step == 0 else "holds if LongRoPE's 95 % interval lies below YaRN's, does not hold "
+                              "if it lies above, else undecided")}
+            if not (y and lr):
+                out.append({**claim, "measured": None, "verdict": "not measured"})
+                continue
+            if step == 0:
+                verdict = "holds" if lr["ppl"] < y["ppl"] else "does not hold"
+            elif lr["hi"] is None or y["hi"] is None:
+                verdict = "undecided"
+            elif lr["hi"] < y["lo"]:
+                verdict = "holds"
+            elif y["hi"] < lr["lo"]:
+                verdict = "does not hold"
+            else:
+                verdict = "undecided"
+            out.append({**claim, "measured": {"longrope_ppl": lr, "yarn_ppl": y}, "verdict": verdict})
+    return out
+
+
+def _claim_value(c: dict[str, Any]) -> str:
+    m = c["measured"]
+    if m is None:
+        return "–"
+    if c["id"] == "yarn-fewer-steps":
+        at = f"step {m['yarn_step']}" if m["yarn_step"] is not None else "never"
+        return f"PI@{m['pi_steps']} {_fmt(m['pi_ppl'])}; YaRN reaches it: {at} ({_fmt(m['yarn_ppl'])})"
+    if c["id"] == "holds-beyond":
+        return f"ratio {_fmt(m['ratio'])}"
+    lr, y = m["longrope_ppl"], m["yarn_ppl"]
+    if lr["lo"] is None and y["lo"] is None:  # one model each: the difference itself
+        return f"LongRoPE {lr['ppl']:.3f} vs YaRN {y['ppl']:.3f} ({100 * (lr['ppl'] / y['ppl'] - 1):+.1f} %)"
+    return f"LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)}"
+
+
 def LABEL(method: str) -> str:
     from posenc.finetune.grid import LABELS
 
@@ -160,6 +283,13 @@ def markdown(summary: dict[str, Any], cfg: Any, meta: dict[str, Any]) -> str:
                                  for n, v in sorted(r["passkey"].items(), key=lambda kv: int(kv[0])))
                 lines.append(f"| {LABEL(r['method'])} | {r['step']} | {_fmt(p.get('in_range'))} | "
                              f"{_fmt(p.get('to_target'))} | {_fmt(p.get('beyond'))} | {keys or '–'} |")
+    lines += ["", "## The papers' claims", "",
+              "Rules are fixed before reading the numbers (`posenc.finetune.report.claims`); perplexity on [L0, s·L0) "
+              f"of {cfg.documents[0]} unless the claim says otherwise.", "",
+              "| s | claim | measured | verdict | rule |", "|---|---|---|---|---|"]
+    for c in summary.get("claims", []):
+        when = f" (step {c['step']})" if "step" in c else ""
+        lines.append(f"| {c['factor']:g} | {c['claim']}{when} | {_claim_value(c)} | **{c['verdict']}** | {c['rule']} |")
     lines += ["", "## Reading", ""] + [f"- {line}" for line in summary["reading"]]
     return "\n".join(lines) + "\n"
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from posenc.cli_options import (add_device, add_dtype, add_json, add_out, add_quiet, add_seed, add_threads,
                                 apply_threads, key_value)
+from posenc.malloc import pin_mmap_threshold
 from posenc.validation import int_at_least
 
 
@@ -73,6 +74,7 @@ def run_finetune(args: argparse.Namespace) -> int:
 
     info = init_distributed()
     apply_threads(args)
+    pin_mmap_threshold()  # peak memory that does not grow with freed activations (posenc.malloc)
     out = out_dir(args)
     check_output(out, "--out", kind="dir")  # before the lock makes it and the model loads
     check_output(args.json, "--json")
@@ -152,6 +154,7 @@ def run_search(args: argparse.Namespace) -> int:
     from posenc.validation import check_output
 
     apply_threads(args)
+    pin_mmap_threshold()  # peak memory that does not grow with freed activations (posenc.malloc)
     out = out_dir(args)
     check_output(out, "--out", kind="dir")  # before the lock makes it and the model loads
     check_output(args.json, "--json")
@@ -194,6 +197,7 @@ def run_grid(args: argparse.Namespace) -> int:
     from posenc.validation import check_output
 
     apply_threads(args)
+    pin_mmap_threshold()  # peak memory that does not grow with freed activations (posenc.malloc)
     out = out_dir(args)
     if out is None:
         raise ValueError("finetune grid needs --out DIR (its cells are saved there as they finish)")

@@ -14,6 +14,7 @@ from typing import Any
 
 from posenc.cli_options import add_json, add_position, add_quiet, add_seed, add_threads, json_to_stdout, write_json
 from posenc.commands.lengthgen import add_cell_args, check_task_options, config_from_args, set_threads
+from posenc.malloc import pin_mmap_threshold
 from posenc.validation import int_at_least
 
 
@@ -23,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
 
     info = init_distributed()
     set_threads(args.threads)
+    pin_mmap_threshold()  # peak memory that does not grow with freed activations (posenc.malloc)
     check_task_options(args, [args.task])
     config = config_from_args(args, lg.QUICK if args.quick else lg.preset(args.task), args.task)
     config = config.with_changes(train={"checkpoint_every": args.checkpoint_every})

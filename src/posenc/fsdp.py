@@ -89,13 +89,16 @@ class Sharded:
             fully_shard(unit)
         fully_shard(model)
         self.model = model
+        self._gathered_step: int | None = None
 
-    def gather(self) -> nn.Module | None:
-        """Collective: the full weights into rank 0's host copy (returned there; None on other ranks)."""
-        full = get_model_state_dict(self.model, options=_FULL)
-        if self.host is None:
-            return None
-        self.host.load_state_dict(full, strict=True)
+    def gather(self, step: int) -> nn.Module | None:
+        """Collective: the full weights after ``step`` updates into rank 0's host copy (returned there; None on
+        other ranks). A second call for the same step gathers nothing: every rank skips it alike."""
+        if step != self._gathered_step:
+            full = get_model_state_dict(self.model, options=_FULL)
+            if self.host is not None:
+                self.host.load_state_dict(full, strict=True)
+            self._gathered_step = step
         return self.host
 
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> OptimizerState | None:

@@ -433,7 +433,7 @@ def train(
         rng = _gather_rng(info)  # collective: every rank takes part
         weights, moments = inner, optimizer
         if sharded is not None:  # collective too: the full tensors, on rank 0
-            weights, moments = sharded.gather(), sharded.optimizer_state(optimizer)
+            weights, moments = sharded.gather(step), sharded.optimizer_state(optimizer)
         path = None
         if info.is_main:
             state = {"train_config": config.to_dict(), "scheduler": {"kind": "warmup-cosine", "next_step": step,
@@ -448,7 +448,7 @@ def train(
     def run_eval(step: int) -> None:
         if evaluate is None:
             return
-        target = inner if sharded is None else sharded.gather()  # collective under FSDP
+        target = inner if sharded is None else sharded.gather(step)  # collective under FSDP
         if not info.is_main or target is None:
             return
         was_training = target.training
@@ -519,7 +519,7 @@ def train(
         if not (result.interrupted or result.stopped_early):  # an early stop was just evaluated
             run_eval(result.step)
         result.checkpoint = save(result.step) or result.checkpoint
-    result.model = inner if sharded is None else sharded.gather()
+    result.model = inner if sharded is None else sharded.gather(result.step)
     result.seconds, result.cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
     result.total_seconds = spent["seconds"] + result.seconds
     result.total_cpu_seconds = spent["cpu_seconds"] + result.cpu_seconds

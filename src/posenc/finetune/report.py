@@ -167,19 +167,16 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
         return out
     last = steps[-1]
 
-    def row(factor: float, method: str, step: int) -> dict[str, Any] | None:
-        return next((r for r in rows if (r["factor"], r["method"], r["step"]) == (factor, method, step)), None)
-
     for factor in cfg.factors:
         # 1. YaRN reaches PI's perplexity in fewer steps
-        pi = (row(factor, "rope-linear", last) or {}).get("ppl", {}).get(doc, {}).get("to_target")
+        pi = _get(rows, factor, "rope-linear", last, doc, "to_target")
         claim = {"id": "yarn-fewer-steps", "paper": "YaRN (Peng et al., 2023), section 4",
                  "claim": f"YaRN reaches PI's perplexity with {YARN_STEP_RATIO:g}x fewer fine-tuning steps",
                  "factor": factor, "rule": (f"first measured step at which YaRN's mean perplexity on [L0, s·L0) is "
                                             f"at or below PI's after {last} steps; holds if that step is at most "
                                             f"{last}/{YARN_STEP_RATIO:g}, does not hold if YaRN never reaches it "
                                             "or only at the same step")}
-        yarn = {s: (row(factor, "rope-yarn", s) or {}).get("ppl", {}).get(doc, {}).get("to_target") for s in steps}
+        yarn = {s: _get(rows, factor, "rope-yarn", s, doc, "to_target") for s in steps}
         if not pi or last == 0 or not all(yarn.values()):
             out.append({**claim, "measured": None, "verdict": "not measured"})
         else:
@@ -195,7 +192,7 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
             out.append({**claim, "measured": measured, "verdict": verdict})
         # 2. fine-tuned at s·L0, it keeps working beyond s·L0
         for method in cfg.methods:
-            r = row(factor, method, last)
+            r = next((r for r in rows if (r["factor"], r["method"], r["step"]) == (factor, method, last)), None)
             claim = {"id": "holds-beyond", "paper": "YaRN (Peng et al., 2023), sections 4.3-4.4",
                      "claim": f"{LABEL(method)} fine-tuned at s·L0 keeps its perplexity beyond s·L0",
                      "factor": factor, "method": method,
@@ -217,8 +214,7 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
             out.append({**claim, "measured": {"ratio": ratio, "seeds": ratio["n"]}, "verdict": verdict})
         # 3. searched LongRoPE beats YaRN, without and with fine-tuning
         for step in sorted({0, last}):
-            y, lr = ((row(factor, m, step) or {}).get("ppl", {}).get(doc, {}).get("to_target")
-                     for m in ("rope-yarn", "rope-longrope"))
+            y, lr = (_get(rows, factor, m, step, doc, "to_target") for m in ("rope-yarn", "rope-longrope"))
             claim = {"id": "longrope-beats-yarn", "paper": "LongRoPE (Ding et al., 2024), section 4",
                      "claim": "searched LongRoPE factors give lower perplexity than YaRN's", "factor": factor,
                      "step": step,

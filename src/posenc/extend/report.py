@@ -2,8 +2,8 @@
 
 Nothing here measures: it reads finished cells, summarises them (``summarise``)
 and writes them out. The reading (where plain RoPE breaks, which methods stay
-flat past L₀, what each costs in range, agreement with the YaRN paper) is
-computed from the numbers with the thresholds stated next to it.
+flat past L₀, what each costs in range, agreement with the YaRN, Self-Extend and STRING papers —
+``posenc.extend.papers``) is computed from the numbers with the thresholds stated next to it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
+from posenc.extend.papers import paper_checks, verdict_line
 from posenc.extend.passkey import wilson
 from posenc.extend.stats import ALPHA, compare_methods
 from posenc.lab.report import CSS, fmt_number, pyplot
@@ -24,8 +25,6 @@ from posenc.lab.report import CSS, fmt_number, pyplot
 PLAIN = "rope"
 BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket past L₀ whose perplexity exceeds this × its in-range one
 FLAT_RATIO = 1.25  # a method "stays flat" when its perplexity past L₀ is within this × its own in-range perplexity
-YARN_CLAIM = ("YaRN paper (Peng et al., 2023), without fine-tuning: dynamic scaling and YaRN hold perplexity "
-              "past L₀ far better than position interpolation (PI), and plain RoPE degrades sharply")
 
 
 def label(method: str, factor: float | None) -> str:
@@ -154,35 +153,7 @@ def paired_tests(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def yarn_agreement(loss: dict[str, Any]) -> dict[str, Any]:
-    """The YaRN paper's qualitative ranking, checked per document and factor on perplexity past L₀."""
-    checks = []
-    for name, doc in loss.items():
-        by = {(r["method"], r["factor"]): r for r in doc["rows"]}
-        plain = by.get((PLAIN, None))
-        for factor in sorted({r["factor"] for r in doc["rows"] if r["factor"] is not None}):
-            pi = by.get(("rope-linear", factor))
-            for other in ("rope-dynamic-ntk", "rope-yarn"):
-                row = by.get((other, factor))
-                if pi and row and pi["beyond_ppl"] and row["beyond_ppl"]:
-                    checks.append({"document": name, "factor": factor,
-                                   "claim": f"{label(other, factor)} beats {label('rope-linear', factor)} past L₀",
-                                   "holds": row["beyond_ppl"] < pi["beyond_ppl"],
-                                   "values": [row["beyond_ppl"], pi["beyond_ppl"]]})
-            if plain and plain["beyond_ppl"]:
-                best = min((r["beyond_ppl"] for r in doc["rows"] if r["factor"] == factor and r["beyond_ppl"]),
-                           default=None)
-                if best is not None:
-                    checks.append({"document": name, "factor": factor,
-                                   "claim": f"plain RoPE past L₀ is ≥ {BREAK_RATIO:g}× the best ×{factor:g} method",
-                                   "holds": plain["beyond_ppl"] >= BREAK_RATIO * best,
-                                   "values": [plain["beyond_ppl"], best]})
-    held = sum(c["holds"] for c in checks)
-    return {"claim": YARN_CLAIM, "checks": checks, "held": held, "total": len(checks),
-            "agrees": bool(checks) and held == len(checks)}
-
-
-def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: dict[str, Any],
+def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], papers: Sequence[dict[str, Any]] = (),
             tests: Sequence[dict[str, Any]] = ()) -> list[str]:
     """Plain sentences computed from the summary (every number in them is measured)."""
     out = []
@@ -232,9 +203,7 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], agreement: 
         out.append(f"[{group['task']} at {group['length']}] paired exact McNemar, Holm-adjusted over "
                    f"{len(group['comparisons'])} pairs: " + (f"significant at {ALPHA:g}: {said}" if sig else
                                                              f"no difference significant at {ALPHA:g}") + ".")
-    if agreement["total"]:
-        verdict = "agrees" if agreement["agrees"] else f"agrees on {agreement['held']} of {agreement['total']} checks"
-        out.append(f"Against the {agreement['claim']}: this run {verdict}.")
+    out += [line for line in map(verdict_line, papers) if line]
     return out
 
 
@@ -243,9 +212,10 @@ def summarise(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     retrieval = [c for c in cells if c["kind"] == "passkey"]
     passkey = summarise_passkey(retrieval)
     tests = paired_tests(retrieval)
-    agreement = yarn_agreement(loss)
-    return {"loss": loss, "passkey": passkey, "paired_tests": tests, "yarn_paper": agreement,
-            "reading": reading(loss, passkey, agreement, tests),
+    papers = paper_checks(loss, passkey, tests, break_ratio=BREAK_RATIO, flat_ratio=FLAT_RATIO, plain=PLAIN)
+    return {"loss": loss, "passkey": passkey, "paired_tests": tests, "papers": papers,
+            "yarn_paper": papers[0],  # the results.json key of earlier reports
+            "reading": reading(loss, passkey, papers, tests),
             "thresholds": {"break": BREAK_RATIO, "flat": FLAT_RATIO, "alpha": ALPHA}}
 
 
@@ -381,13 +351,25 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                              f"{c['only_second']} | {c['p']:.3g} | {c['p_holm']:.3g} | "
                              f"{'**' + c['better'] + ' better**' if c['significant'] else 'no'} |")
         lines.append("")
-    agreement = summary["yarn_paper"]
-    if agreement["checks"]:
-        lines += ["## Against the YaRN paper", "", agreement["claim"] + ".", ""]
-        lines += [f"- [{c['document']}] {c['claim']}: {'yes' if c['holds'] else 'NO'} "
-                  f"({' vs '.join(fmt_number(v) for v in c['values'])})" for c in agreement["checks"]]
-        lines.append("")
+    papers = [p for p in summary.get("papers", ()) if p["checks"]]
+    if papers:
+        lines += ["## Against the papers", "", "Each check has a rule; perplexity checks always decide, retrieval "
+                  "checks only where a test is significant (else *undecided*).", "",
+                  "| paper | where | claim | rule | verdict | values |", "|---|---|---|---|---|---|"]
+        for p in papers:
+            for c in p["checks"]:
+                verdict = c["verdict"] if c["verdict"] != "does not hold" else "**does not hold**"
+                lines.append(f"| {p['paper']} | {c['document']} | {c['claim']} | {c['rule']} | {verdict} | "
+                             f"{_values(c['values'])} |")
+        lines += [""] + [f"- {p['paper']}: {p['claim']}." for p in papers] + [""]
     return "\n".join(lines)
+
+
+def _values(values: Sequence[Any]) -> str:
+    """Numbers compared ("a vs b"), or the counts and p-value of a test as they are ("…; …")."""
+    if all(isinstance(v, (int, float)) for v in values):
+        return " vs ".join(fmt_number(v) for v in values)
+    return "; ".join(str(v) for v in values)
 
 
 def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[str]) -> str:
@@ -398,15 +380,13 @@ def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[s
              "number was computed in this run; full data in <a href='results.json'>results.json</a></p>",
              "<p class='meta'>" + "<br>".join(esc(s) for s in _meta_lines(meta)) + "</p>",
              "<section><h2>Reading</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in summary["reading"]) + "</ul>"]
-    agreement = summary["yarn_paper"]
-    if agreement["checks"]:
-        parts.append(f"<p class='claim'>{esc(agreement['claim'])}.</p><table><tr><th>document</th><th>check</th>"
-                     "<th>holds</th><th>perplexity past L₀</th></tr>")
-        for c in agreement["checks"]:
-            cls = "yes" if c["holds"] else "no"
-            parts.append(f"<tr><td>{esc(c['document'])}</td><td>{esc(c['claim'])}</td><td class='{cls}'>"
-                         f"{'yes' if c['holds'] else 'NO'}</td><td>{esc(' vs '.join(fmt_number(v) for v in c['values']))}"
-                         "</td></tr>")
+    for p in (p for p in summary.get("papers", ()) if p["checks"]):
+        parts.append(f"<p class='claim'>{esc(p['claim'])}.</p><table><tr><th>where</th><th>check</th><th>rule</th>"
+                     "<th>verdict</th><th>values</th></tr>")
+        for c in p["checks"]:
+            cls = {"holds": "yes", "does not hold": "no"}.get(c["verdict"], "")
+            parts.append(f"<tr><td>{esc(c['document'])}</td><td>{esc(c['claim'])}</td><td>{esc(c['rule'])}</td>"
+                         f"<td class='{cls}'>{esc(c['verdict'])}</td><td>{esc(_values(c['values']))}</td></tr>")
         parts.append("</table>")
     parts.append("</section>")
     for name, doc in summary["loss"].items():

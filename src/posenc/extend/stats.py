@@ -77,3 +77,22 @@ def interval(successes: int, trials: int) -> dict[str, Any]:
     lo, hi = wilson(successes, trials)
     return {"correct": successes, "trials": trials, "accuracy": successes / trials if trials else None,
             "wilson_low": lo, "wilson_high": hi}
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided exact p-value of Fisher's test that k1/n1 and k2/n2 share one success rate (unpaired trials).
+
+    Given the k1 + k2 successes, the count in the first group is hypergeometric; the p-value sums the
+    probability of every split no more likely than the observed one (Fisher, 1935; a relative tolerance of
+    1e-9 keeps ties exact in floating point). 1.0 when either group has no trials.
+    """
+    for k, n in ((k1, n1), (k2, n2)):
+        if not 0 <= k <= n:
+            raise ValueError(f"successes must lie in [0, trials], got {k} of {n}")
+    if n1 == 0 or n2 == 0:
+        return 1.0
+    k = k1 + k2
+    total = math.comb(n1 + n2, k)
+    prob = {x: math.comb(n1, x) * math.comb(n2, k - x) / total for x in range(max(0, k - n2), min(k, n1) + 1)}
+    observed = prob[k1]
+    return min(1.0, math.fsum(p for p in prob.values() if p <= observed * (1 + 1e-9)))

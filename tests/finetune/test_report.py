@@ -141,3 +141,60 @@ def test_claims_without_their_cells_say_not_measured(seed):
     assert _by_id(summary["claims"], "yarn-fewer-steps", factor=4.0)["verdict"] == "not measured"
     assert _by_id(summary["claims"], "holds-beyond", factor=4.0, method="rope")["verdict"] == "undecided"
     assert _by_id(summary["claims"], "holds-beyond", factor=4.0, method="rope-yarn")["verdict"] == "not measured"
+
+
+def test_pairing_by_seed_decides_what_unpaired_intervals_cannot(seed):
+    """Seeds that move every method alike (the same windows) hide a steady 2 % gap from unpaired intervals;
+    the per-seed ratio finds it, and equals a direct computation of the paired t-interval."""
+    rng = random.Random(seed)
+    l0, seeds = 32, (0, 1, 2)
+    level = {s: rng.uniform(4, 9) for s in seeds}  # the seed's own effect, shared by both methods
+    gap = {s: rng.uniform(0.975, 0.985) for s in seeds}
+
+    def table(method, step, s):
+        if method == "rope-longrope" and step > 0:
+            return 3.0, level[s] * gap[s], 8.0
+        return 3.0, level[s] if step > 0 else 6.0, 8.0
+
+    summary = summarise(_cells(l0, seeds, table, rng), _cfg(l0, seeds))
+    c = _by_id(summary["claims"], "longrope-beats-yarn", factor=4.0, step=400)
+    lr, y = c["measured"]["longrope_ppl"], c["measured"]["yarn_ppl"]
+    assert lr["hi"] > y["lo"]  # unpaired, the intervals overlap ...
+    assert c["verdict"] == "holds"  # ... paired, the gap is certain
+    logs = [math.log(gap[s]) for s in seeds]
+    mean = sum(logs) / 3
+    half = _t975(2) * math.sqrt(sum((v - mean) ** 2 for v in logs) / 2) / math.sqrt(3)
+    r = c["measured"]["ratio"]
+    assert r["n"] == 3 and r["ppl"] == pytest.approx(math.exp(mean), rel=1e-9)
+    assert r["hi"] == pytest.approx(math.exp(mean + half), rel=1e-3)
+
+
+def test_the_measure_before_fine_tuning_pairs_with_every_seed(seed):
+    """Step 0 is one model whatever the seed: YaRN training-free against PI after 400 steps pairs it with each
+    of PI's seeds; YaRN that gets there only at step 400 does not hold the claim."""
+    rng = random.Random(seed)
+    l0, seeds = 32, (0, 1, 2)
+    pi = {s: rng.uniform(5, 6) for s in seeds}
+    yarn0 = rng.uniform(4, 4.5)  # training-free YaRN already below PI's 400-step perplexity, for every seed
+
+    def table(method, step, s):
+        if method == "rope-linear":
+            return 3.0, pi[s] if step == 400 else 9.0, 9.0
+        if method == "rope-yarn":
+            return 3.0, yarn0 if step == 0 else 7.0, 9.0
+        return 3.0, 9.0, 9.0
+
+    summary = summarise(_cells(l0, seeds, table, rng), _cfg(l0, seeds))
+    c = _by_id(summary["claims"], "yarn-fewer-steps", factor=4.0)
+    assert c["verdict"] == "holds" and c["measured"]["yarn_step_sure"] == 0
+    logs = [math.log(yarn0) - math.log(pi[s]) for s in seeds]
+    assert c["measured"]["ratio"]["n"] == 3
+    assert c["measured"]["ratio"]["ppl"] == pytest.approx(math.exp(sum(logs) / 3), rel=1e-9)
+
+    def later(method, step, s):  # YaRN needs all 400 steps (surely above PI's 400-step level before)
+        if method == "rope-yarn":
+            return 3.0, {0: 9.0, 50: 8.0, 200: 7.0, 400: 4.0}[step], 9.0
+        return table(method, step, s)
+
+    summary = summarise(_cells(l0, seeds, later, rng), _cfg(l0, seeds))
+    assert _by_id(summary["claims"], "yarn-fewer-steps", factor=4.0)["verdict"] == "does not hold"

@@ -133,9 +133,11 @@ def reading(rows: list[dict[str, Any]], cfg: Any) -> list[str]:
                 out.append(f"s={factor:g}, no fine-tuning: LongRoPE {lr['ppl']:.3f} vs YaRN {y['ppl']:.3f} on "
                            f"[L0, s·L0) ({100 * (lr['ppl'] / y['ppl'] - 1):+.1f} %; deterministic, one model each)")
                 continue
-            sep = (lr["hi"] is not None and y["lo"] is not None and (lr["hi"] < y["lo"] or y["hi"] < lr["lo"]))
-            out.append(f"s={factor:g}, step {step}: LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)} on [L0, s·L0)"
-                       + (" — intervals apart" if sep else " — intervals overlap or n < 2: no claim"))
+            ratio = paired_ratio(rows, factor, ("rope-longrope", step), ("rope-yarn", step), doc)
+            sep = bool(ratio and ratio["hi"] is not None and (ratio["hi"] < 1 or ratio["lo"] > 1))
+            out.append(f"s={factor:g}, step {step}: LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)} on [L0, s·L0), paired "
+                       f"ratio {_ratio_text(ratio)}" + (" — interval excludes 1" if sep else
+                                                         " — interval holds 1 or n < 2: no claim"))
     return out
 
 
@@ -149,6 +151,31 @@ def _ratio(row_nll: dict[str, dict[str, float]], num: str, den: str) -> dict[str
     """exp of the per-seed difference of two ranges' losses: mean and 95 % t-interval of the ratio of perplexities."""
     a, b = row_nll.get(num) or {}, row_nll.get(den) or {}
     diffs = [a[s] - b[s] for s in sorted(set(a) & set(b))]
+    return interval(diffs) if diffs else None
+
+
+def _row(rows: list[dict[str, Any]], factor: float, method: str, step: int) -> dict[str, Any] | None:
+    return next((r for r in rows if (r["factor"], r["method"], r["step"]) == (factor, method, step)), None)
+
+
+def _seed_losses(row: dict[str, Any] | None, doc: str, rng: str) -> dict[str, float]:
+    return dict(((row or {}).get("nll", {}).get(doc) or {}).get(rng) or {})
+
+
+def paired_ratio(rows: list[dict[str, Any]], factor: float, a: tuple[str, int], b: tuple[str, int], doc: str,
+                 rng: str = "to_target") -> dict[str, Any] | None:
+    """Perplexity of (method, step) ``a`` ÷ that of ``b`` on one range, paired by seed: the mean and 95 % t-interval
+    of the per-seed loss differences, as a ratio (n = the seeds both have).
+
+    A seed draws the same fine-tuning windows for every method, so pairing removes the seed's own effect. The
+    measure before fine-tuning (step 0) is one model whatever the seed: it pairs with every seed of the other side.
+    """
+    la, lb = (_seed_losses(_row(rows, factor, m, st), doc, rng) for m, st in (a, b))
+    if a[1] == 0 and len(la) == 1 and lb:
+        la = dict.fromkeys(lb, next(iter(la.values())))
+    if b[1] == 0 and len(lb) == 1 and la:
+        lb = dict.fromkeys(la, next(iter(lb.values())))
+    diffs = [la[sd] - lb[sd] for sd in sorted(set(la) & set(lb))]
     return interval(diffs) if diffs else None
 
 
@@ -168,27 +195,35 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
     last = steps[-1]
 
     for factor in cfg.factors:
-        # 1. YaRN reaches PI's perplexity in fewer steps
-        pi = _get(rows, factor, "rope-linear", last, doc, "to_target")
+        # 1. YaRN reaches PI's perplexity in fewer steps (paired by seed: the same windows for both)
         claim = {"id": "yarn-fewer-steps", "paper": "YaRN (Peng et al., 2023), section 4",
                  "claim": f"YaRN reaches PI's perplexity with {YARN_STEP_RATIO:g}x fewer fine-tuning steps",
-                 "factor": factor, "rule": (f"first measured step at which YaRN's mean perplexity on [L0, s·L0) is "
-                                            f"at or below PI's after {last} steps; holds if that step is at most "
-                                            f"{last}/{YARN_STEP_RATIO:g}, does not hold if YaRN never reaches it "
-                                            "or only at the same step")}
-        yarn = {s: _get(rows, factor, "rope-yarn", s, doc, "to_target") for s in steps}
-        if not pi or last == 0 or not all(yarn.values()):
+                 "factor": factor, "rule": (f"per seed, YaRN's perplexity on [L0, s·L0) after k steps ÷ PI's after "
+                                            f"{last} (the same windows); holds if the 95 % interval lies at or below 1 "
+                                            f"at some measured k ≤ {last}/{YARN_STEP_RATIO:g}, does not hold if YaRN's "
+                                            "mean never gets there before step "
+                                            f"{last} or its interval lies above 1 at a measured k ≥ {last}/"
+                                            f"{YARN_STEP_RATIO:g} (it needs more steps than claimed), else "
+                                            "undecided")}
+        pi = _get(rows, factor, "rope-linear", last, doc, "to_target")
+        ratios = {s: paired_ratio(rows, factor, ("rope-yarn", s), ("rope-linear", last), doc) for s in steps}
+        if not pi or last == 0 or not all(ratios.values()):
             out.append({**claim, "measured": None, "verdict": "not measured"})
         else:
-            reached = next((s for s in steps if yarn[s]["ppl"] <= pi["ppl"]), None)
-            measured = {"pi_ppl": pi, "pi_steps": last, "yarn_step": reached,
-                        "yarn_ppl": yarn[reached] if reached is not None else yarn[last]}
-            if reached is None or reached >= last:
-                verdict = "does not hold"
-            elif reached <= last / YARN_STEP_RATIO:
+            reached = next((s for s in steps if ratios[s]["ppl"] <= 1), None)
+            sure = next((s for s in steps if ratios[s]["hi"] is not None and ratios[s]["hi"] <= 1), None)
+            late = [s for s in steps if last / YARN_STEP_RATIO <= s < last]
+            measured = {"pi_ppl": pi, "pi_steps": last, "yarn_step": reached, "yarn_step_sure": sure,
+                        "ratio": ratios[reached if reached is not None else last],
+                        "yarn_ppl": _get(rows, factor, "rope-yarn", reached if reached is not None else last, doc,
+                                         "to_target")}
+            if sure is not None and sure <= last / YARN_STEP_RATIO:
                 verdict = "holds"
+            elif reached is None or reached >= last or any(
+                    ratios[s]["lo"] is not None and ratios[s]["lo"] > 1 for s in late):
+                verdict = "does not hold"
             else:
-                verdict = "undecided"  # fewer steps, but not the claimed factor at the measured steps
+                verdict = "undecided"  # reached on average, but not surely within the claimed step count
             out.append({**claim, "measured": measured, "verdict": verdict})
         # 2. fine-tuned at s·L0, it keeps working beyond s·L0
         for method in cfg.methods:
@@ -219,22 +254,23 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
                      "claim": "searched LongRoPE factors give lower perplexity than YaRN's", "factor": factor,
                      "step": step,
                      "rule": ("no fine-tuning: one deterministic model each, holds if LongRoPE's perplexity is lower"
-                              if step == 0 else "holds if LongRoPE's 95 % interval lies below YaRN's, does not hold "
-                              "if it lies above, else undecided")}
+                              if step == 0 else "per seed, LongRoPE's perplexity ÷ YaRN's (the same windows); holds "
+                              "if the 95 % interval lies below 1, does not hold if above, else undecided")}
             if not (y and lr):
                 out.append({**claim, "measured": None, "verdict": "not measured"})
                 continue
+            ratio = paired_ratio(rows, factor, ("rope-longrope", step), ("rope-yarn", step), doc)
             if step == 0:
                 verdict = "holds" if lr["ppl"] < y["ppl"] else "does not hold"
-            elif lr["hi"] is None or y["hi"] is None:
+            elif ratio is None or ratio["hi"] is None:
                 verdict = "undecided"
-            elif lr["hi"] < y["lo"]:
+            elif ratio["hi"] < 1:
                 verdict = "holds"
-            elif y["hi"] < lr["lo"]:
+            elif ratio["lo"] > 1:
                 verdict = "does not hold"
             else:
                 verdict = "undecided"
-            out.append({**claim, "measured": {"longrope_ppl": lr, "yarn_ppl": y}, "verdict": verdict})
+            out.append({**claim, "measured": {"longrope_ppl": lr, "yarn_ppl": y, "ratio": ratio}, "verdict": verdict})
     return out
 
 
@@ -244,13 +280,23 @@ def _claim_value(c: dict[str, Any]) -> str:
         return "–"
     if c["id"] == "yarn-fewer-steps":
         at = f"step {m['yarn_step']}" if m["yarn_step"] is not None else "never"
-        return f"PI@{m['pi_steps']} {_fmt(m['pi_ppl'])}; YaRN reaches it: {at} ({_fmt(m['yarn_ppl'])})"
+        sure = f"step {m['yarn_step_sure']}" if m.get("yarn_step_sure") is not None else "at no step"
+        return (f"PI@{m['pi_steps']} {_fmt(m['pi_ppl'])}; YaRN reaches it on average: {at} ({_fmt(m['yarn_ppl'])}; "
+                f"paired ratio {_ratio_text(m.get('ratio'))}); interval at or below 1: {sure}")
     if c["id"] == "holds-beyond":
         return f"ratio {_fmt(m['ratio'])}"
     lr, y = m["longrope_ppl"], m["yarn_ppl"]
-    if lr["lo"] is None and y["lo"] is None:  # one model each: the difference itself
+    if c.get("step") == 0:  # one model each: the difference itself
         return f"LongRoPE {lr['ppl']:.3f} vs YaRN {y['ppl']:.3f} ({100 * (lr['ppl'] / y['ppl'] - 1):+.1f} %)"
-    return f"LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)}"
+    return f"LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)}; paired ratio {_ratio_text(m.get('ratio'))}"
+
+
+def _ratio_text(r: dict[str, Any] | None) -> str:
+    if not r:
+        return "–"
+    if r["lo"] is None:
+        return f"{r['ppl']:.4f} (n = 1)"
+    return f"{r['ppl']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}] (n = {r['n']})"
 
 
 def LABEL(method: str) -> str:

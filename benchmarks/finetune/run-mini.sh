@@ -4,6 +4,9 @@
 # benchmarks/finetune/mini/pretrain spares it (copied into OUT when OUT has none). Then LongRoPE's search for
 # s = 4 and 8, then the 30 fine-tuning cells in two shards of one thread each (a cell is saved when it finishes;
 # a stopped cell resumes from its last 50-step checkpoint), then the report. Rerun to continue.
+# Then the YaRN paper's "train short" question in OUT-short: scale s = 8 fine-tuned on 4·L0 windows (PI, NTK,
+# YaRN, LongRoPE; 3 seeds; the same pretrained model and s = 8 search), read on [4·L0, 8·L0) — 12 cells of the
+# s = 4 cells' cost (≈ 15 min each on one thread).
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-runs/replication}
@@ -22,4 +25,14 @@ $PY -m posenc.cli finetune grid --out "$OUT" --stage cells --shard 1/2 --threads
 wait
 log "report"
 $PY -m posenc.cli finetune grid --out "$OUT" --stage report --quiet || exit 1
+SHORT="$OUT-short"
+set -- --set 'factors=[8]' --set 'train_factor=4' --set 'methods=["rope-linear","rope-ntk","rope-yarn","rope-longrope"]'
+mkdir -p "$SHORT"
+for part in pretrain longrope-x8; do [ -e "$SHORT/$part" ] || cp -r "$OUT/$part" "$SHORT/"; done
+log "train-short cells"
+$PY -m posenc.cli finetune grid --out "$SHORT" "$@" --stage cells --shard 0/2 --threads 1 --quiet &
+$PY -m posenc.cli finetune grid --out "$SHORT" "$@" --stage cells --shard 1/2 --threads 1 --quiet &
+wait
+log "train-short report"
+$PY -m posenc.cli finetune grid --out "$SHORT" "$@" --stage report --quiet || exit 1
 log "done"

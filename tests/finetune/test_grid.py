@@ -47,3 +47,30 @@ def test_the_measures_before_fine_tuning_are_shared_by_the_seeds(tmp_path, text_
     b = FinetuneConfig(method="rope-yarn", factor=2.0, original_max_len=16, length=32, steps=9, seed=1, lr=1e-3)
     c = FinetuneConfig(method="rope-ntk", factor=2.0, original_max_len=16, length=32, steps=5, seed=0)
     assert a.before_key() == b.before_key() != c.before_key()
+
+
+def test_a_grid_trained_short_fine_tunes_on_shorter_windows_and_reads_past_them(tmp_path, text_file, seed):
+    """train_factor t < s: windows of t·L0, cells named -ft<t>, the report adds [t·L0, s·L0) and the YaRN paper's
+    claim on it; a full grid's cells in the same folder are left out of its report."""
+    import dataclasses
+
+    from posenc.finetune.report import summarise
+
+    cfg = dataclasses.replace(_cfg(text_file), methods=("rope-yarn",), factors=(4.0,), train_factor=2.0, seeds=(0,),
+                              steps=(0, 1), eval_factor=8)
+    out = tmp_path / "short"
+    cells = Replication(cfg, out, progress=False, log=lambda m: None).run(stages=("pretrain", "cells"))
+    (cell,) = cells
+    assert cell["name"] == "rope-yarn-x4-ft2-seed0" and cell["config"]["length"] == 32  # 2 × L0 = 16
+    assert cell["config"]["factor"] == 4.0  # the scale is still s = 4
+    summary = summarise(cells, cfg)
+    row = next(r for r in summary["rows"] if r["step"] == 1)
+    doc = cfg.documents[0]
+    assert set(row["ppl"][doc]) == {"in_range", "to_target", "to_scale", "beyond"}
+    claim = next(c for c in summary["claims"] if c["id"] == "holds-past-data")
+    assert claim["verdict"] == "undecided" and claim["measured"]["seeds"] == 1  # one seed: no interval
+    full = dataclasses.replace(cfg, train_factor=None)
+    assert summarise(cells, full)["rows"] == []  # the full grid's report does not read a train-short cell
+    assert full.cell_name("rope-yarn", 4.0, 0) == "rope-yarn-x4-seed0"
+    with pytest.raises(ValueError, match="train_factor must be"):
+        dataclasses.replace(cfg, train_factor=8.0)  # longer than the scale

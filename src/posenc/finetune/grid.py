@@ -55,6 +55,10 @@ class ReplicationConfig:
     Search: LongRoPE's (``posenc.finetune.longrope.SearchConfig``) with these sizes.
     Measures: ``eval_factor``·L₀ tokens of each of ``documents``; passkey at ``passkey_factors``·L₀.
     Text: pretraining, search and fine-tuning read ``train_text`` (none of the measured documents).
+    ``train_factor``: fine-tune on windows of train_factor·L₀ instead of s·L₀ (None: each factor's own s). Below
+    s it asks the YaRN paper's "train short" question — a scale made for s·L₀ fine-tuned on shorter data: does it
+    hold on [train_factor·L₀, s·L₀)? (Peng et al. fine-tune their s = 32 model on 64k-token windows and read it
+    to 128k.)
     """
 
     original_max_len: int = 256
@@ -82,11 +86,18 @@ class ReplicationConfig:
     passkey_trials: int = 10
     train_text: str = "bible-rest"
     threads: int | None = None
+    train_factor: float | None = None
 
     def __post_init__(self) -> None:
         from posenc.extend.methods import check_methods
 
         check_methods(self.methods, searched=True)
+        if self.train_factor is not None:
+            bad = [f for f in self.factors if not 1 < self.train_factor <= f]
+            if bad or not math.isfinite(self.train_factor):
+                raise ValueError(f"train_factor must be finite, above 1 and at most every factor (the data are "
+                                 f"shorter than the scale, not longer); got {self.train_factor} with factors "
+                                 f"{list(self.factors)}")
         if sorted(set(self.steps)) != list(self.steps) or self.steps[0] < 0:
             raise ValueError(f"steps must be increasing and >= 0, got {list(self.steps)}")
         for name in ("methods", "factors", "steps", "seeds", "documents", "passkey_factors"):
@@ -98,6 +109,13 @@ class ReplicationConfig:
     def cells(self) -> list[tuple[str, float, int]]:
         """(method, factor, seed), seeds outermost (a partial run covers every method first)."""
         return [(m, f, s) for s in self.seeds for f in self.factors for m in self.methods]
+
+    def train_length(self, factor: float) -> int:
+        """Tokens per fine-tuning window at extension factor s: s·L₀, or train_factor·L₀ when set."""
+        return int((self.train_factor or factor) * self.original_max_len)
+
+    def cell_name(self, method: str, factor: float, seed: int) -> str:
+        return cell_name(method, factor, seed, None if self.train_factor == factor else self.train_factor)
 
     @property
     def max_steps(self) -> int:
@@ -116,8 +134,9 @@ QUICK = ReplicationConfig(original_max_len=64, dim=64, layers=2, heads=2, ffn_di
                           passkey_factors=(8.0,), passkey_trials=4)
 
 
-def cell_name(method: str, factor: float, seed: int) -> str:
-    return f"{method}-x{factor:g}-seed{seed}"
+def cell_name(method: str, factor: float, seed: int, train_factor: float | None = None) -> str:
+    """``rope-yarn-x8-seed0``; fine-tuned on shorter windows than the scale: ``rope-yarn-x8-ft4-seed0``."""
+    return f"{method}-x{factor:g}" + ("" if train_factor is None else f"-ft{train_factor:g}") + f"-seed{seed}"
 
 
 class Replication:
@@ -223,11 +242,11 @@ class Replication:
         from posenc.finetune.run import FinetuneConfig, finetune
 
         c, l0 = self.cfg, self.cfg.original_max_len
-        name = cell_name(method, factor, seed)
+        name = c.cell_name(method, factor, seed)
         path = self.out / "cells" / f"{name}.json"
         ft = FinetuneConfig(method=method, factor=None if method == "rope" else factor, original_max_len=l0,
                             searched=self.searched(factor) if method == "rope-longrope" else None,
-                            length=int(factor * l0), batch_size=c.batch_size, steps=max(1, c.max_steps), lr=c.lr,
+                            length=c.train_length(factor), batch_size=c.batch_size, steps=max(1, c.max_steps), lr=c.lr,
                             min_lr=c.lr, warmup_steps=c.warmup_steps, seed=seed, eval_every=c.eval_every,
                             eval_steps=tuple(s for s in c.steps if s > 0),
                             checkpoint_every=max(1, c.eval_every), measure=self.measure_spec())
@@ -238,7 +257,7 @@ class Replication:
                 return saved
         run = self.out / "runs" / name
         for other in c.seeds:  # the measures before fine-tuning do not depend on the seed: reuse another's
-            sibling = self.out / "runs" / cell_name(method, factor, other) / "before.json"
+            sibling = self.out / "runs" / c.cell_name(method, factor, other) / "before.json"
             if other != seed and sibling.exists() and not (run / "before.json").exists():
                 run.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(sibling, run / "before.json")

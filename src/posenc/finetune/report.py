@@ -4,7 +4,8 @@ Perplexity over a range of positions is exp of the token-weighted mean loss of
 the buckets in it; over seeds, the mean of those losses with a 95 % Student-t
 interval (none with one seed), reported as perplexities. Passkey accuracy
 pools the trials of every seed, with a Wilson interval. Ranges: in range
-[0, L₀), the fine-tuning length [L₀, s·L₀), beyond it [s·L₀, eval·L₀).
+[0, L₀), the fine-tuning length [L₀, s·L₀), beyond it [s·L₀, eval·L₀). A grid fine-tuned on shorter windows
+than its scale (``train_factor`` t < s) adds [t·L₀, s·L₀): past the data, inside the scale.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
     grouped: dict[tuple[float, str, int], list[dict[str, Any]]] = defaultdict(list)
     seeds_of: dict[tuple[float, str, int], list[int]] = defaultdict(list)
     for cell in cells:
+        if cell.get("config", {}).get("length", cfg.train_length(cell["factor"])) != cfg.train_length(cell["factor"]):
+            continue  # fine-tuned on other windows than this grid's (a train-short cell in a full grid, or back)
         for step, m in cell["measures"].items():
             key = (cell["factor"], cell["method"], int(step))
             if int(step) == 0 and grouped[key]:
@@ -60,7 +63,9 @@ def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
     order = {m: i for i, m in enumerate(cfg.methods)}
     for (factor, method, step), ms in sorted(grouped.items(),
                                              key=lambda kv: (kv[0][0], kv[0][2], order.get(kv[0][1], 99))):
-        ranges = {"in_range": (0, l0), "to_target": (l0, int(factor * l0)), "beyond": (int(factor * l0), top)}
+        ranges = {"in_range": (0, l0), "to_target": (l0, cfg.train_length(factor)), "beyond": (int(factor * l0), top)}
+        if cfg.train_length(factor) < int(factor * l0):
+            ranges["to_scale"] = (cfg.train_length(factor), int(factor * l0))
         row: dict[str, Any] = {"factor": factor, "method": method, "step": step, "seeds": len(ms), "ppl": {},
                                "passkey": {}, "curve": {}, "nll": {}}
         for doc in cfg.documents:
@@ -104,11 +109,17 @@ def _fmt(v: Any) -> str:
     return f"{v['ppl']:.2f} [{v['lo']:.2f}, {v['hi']:.2f}]"
 
 
+def fine_tuning_span(cfg: Any) -> str:
+    """The end of the fine-tuning windows, as the text writes it: s·L0, or t·L0 for a train-short grid."""
+    return "s·L0" if cfg.train_factor is None else f"{cfg.train_factor:g}·L0"
+
+
 def reading(rows: list[dict[str, Any]], cfg: Any) -> list[str]:
     """The papers' claims, each read off the cells (or said to be unmeasured)."""
     out = []
     doc = cfg.documents[0]
     steps = sorted({r["step"] for r in rows})
+    ft = fine_tuning_span(cfg)
     for factor in cfg.factors:
         last = max((s for s in steps), default=None)
         pi_last = _get(rows, factor, "rope-linear", last, doc, "to_target") if last is not None else None
@@ -116,26 +127,29 @@ def reading(rows: list[dict[str, Any]], cfg: Any) -> list[str]:
             reached = [s for s in steps if (_get(rows, factor, "rope-yarn", s, doc, "to_target") or {}).get("ppl",
                                                                                                          math.inf)
                        <= pi_last["ppl"]]
-            out.append(f"s={factor:g}, {doc}: PI after {last} steps has ppl {pi_last['ppl']:.2f} on [L0, s·L0); "
+            out.append(f"s={factor:g}, {doc}: PI after {last} steps has ppl {pi_last['ppl']:.2f} on [L0, {ft}); "
                        + (("YaRN is below it without fine-tuning" if reached[0] == 0 else
                            f"YaRN reaches it by step {reached[0]}") if reached
                           else "YaRN does not reach it in the steps measured"))
         for method in cfg.methods:
-            a, b = (_get(rows, factor, method, last, doc, r) for r in ("to_target", "beyond"))
+            a, m, b = (_get(rows, factor, method, last, doc, r) for r in ("to_target", "to_scale", "beyond"))
+            if a and m:
+                out.append(f"s={factor:g}, {LABEL(method)} after {last} steps: ppl {a['ppl']:.2f} up to {ft} (the "
+                           f"data), {m['ppl']:.2f} from there to s·L0 (ratio {m['ppl'] / a['ppl']:.2f})")
             if a and b:
-                out.append(f"s={factor:g}, {LABEL(method)} after {last} steps: ppl {a['ppl']:.2f} up to s·L0, "
-                           f"{b['ppl']:.2f} beyond it (ratio {b['ppl'] / a['ppl']:.2f})")
+                out.append(f"s={factor:g}, {LABEL(method)} after {last} steps: ppl {a['ppl']:.2f} up to {ft}, "
+                           f"{b['ppl']:.2f} beyond s·L0 (ratio {b['ppl'] / a['ppl']:.2f})")
         for step in (0, last):
             y, lr = (_get(rows, factor, m, step, doc, "to_target") for m in ("rope-yarn", "rope-longrope"))
             if not (y and lr):
                 continue
             if step == 0:  # training-free: one deterministic measure each, no interval to take
                 out.append(f"s={factor:g}, no fine-tuning: LongRoPE {lr['ppl']:.3f} vs YaRN {y['ppl']:.3f} on "
-                           f"[L0, s·L0) ({100 * (lr['ppl'] / y['ppl'] - 1):+.1f} %; deterministic, one model each)")
+                           f"[L0, {ft}) ({100 * (lr['ppl'] / y['ppl'] - 1):+.1f} %; deterministic, one model each)")
                 continue
             ratio = paired_ratio(rows, factor, ("rope-longrope", step), ("rope-yarn", step), doc)
             sep = bool(ratio and ratio["hi"] is not None and (ratio["hi"] < 1 or ratio["lo"] > 1))
-            out.append(f"s={factor:g}, step {step}: LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)} on [L0, s·L0), paired "
+            out.append(f"s={factor:g}, step {step}: LongRoPE {_fmt(lr)} vs YaRN {_fmt(y)} on [L0, {ft}), paired "
                        f"ratio {_ratio_text(ratio)}" + (" — interval excludes 1" if sep else
                                                          " — interval holds 1 or n < 2: no claim"))
     return out
@@ -183,7 +197,8 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
     """The papers' fine-tuning claims, each with its rule, what was measured and a verdict.
 
     Verdicts: ``holds``, ``does not hold``, ``undecided`` (the intervals do not settle it) or ``not measured``.
-    Perplexities are over [L0, s·L0) of the first document unless a claim says otherwise; intervals are
+    Perplexities are over the fine-tuning length [L0, s·L0) (or [L0, t·L0) for a grid trained short) of the first
+    document unless a claim says otherwise; intervals are
     95 % Student-t over the fine-tuning seeds (a verdict from one seed is marked ``undecided`` where the rule
     needs an interval).
     """
@@ -193,12 +208,13 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
     if not steps:
         return out
     last = steps[-1]
+    ft = fine_tuning_span(cfg)
 
     for factor in cfg.factors:
         # 1. YaRN reaches PI's perplexity in fewer steps (paired by seed: the same windows for both)
         claim = {"id": "yarn-fewer-steps", "paper": "YaRN (Peng et al., 2023), section 4",
                  "claim": f"YaRN reaches PI's perplexity with {YARN_STEP_RATIO:g}x fewer fine-tuning steps",
-                 "factor": factor, "rule": (f"per seed, YaRN's perplexity on [L0, s·L0) after k steps ÷ PI's after "
+                 "factor": factor, "rule": (f"per seed, YaRN's perplexity on [L0, {ft}) after k steps ÷ PI's after "
                                             f"{last} (the same windows); holds if the 95 % interval lies at or below 1 "
                                             f"at some measured k ≤ {last}/{YARN_STEP_RATIO:g}, does not hold if YaRN's "
                                             "mean never gets there before step "
@@ -225,28 +241,24 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
             else:
                 verdict = "undecided"  # reached on average, but not surely within the claimed step count
             out.append({**claim, "measured": measured, "verdict": verdict})
-        # 2. fine-tuned at s·L0, it keeps working beyond s·L0
+        # 2. fine-tuned at t·L0 (t = s unless the grid trains short), it keeps its perplexity further on
         for method in cfg.methods:
             r = next((r for r in rows if (r["factor"], r["method"], r["step"]) == (factor, method, last)), None)
-            claim = {"id": "holds-beyond", "paper": "YaRN (Peng et al., 2023), sections 4.3-4.4",
-                     "claim": f"{LABEL(method)} fine-tuned at s·L0 keeps its perplexity beyond s·L0",
-                     "factor": factor, "method": method,
-                     "rule": (f"per seed, ppl on [s·L0, {cfg.eval_factor}·L0) ÷ ppl on [L0, s·L0) after {last} steps; "
-                              f"holds if the 95 % interval's top is at most {BEYOND_TOLERANCE:g}, does not hold if "
-                              f"its bottom is above {BEYOND_TOLERANCE:g}")}
-            ratio = None if r is None or last == 0 else _ratio(r["nll"].get(doc, {}), "beyond", "to_target")
-            if ratio is None:
-                out.append({**claim, "measured": None, "verdict": "not measured"})
-                continue
-            if ratio["hi"] is None:
-                verdict = "undecided"
-            elif ratio["hi"] <= BEYOND_TOLERANCE:
-                verdict = "holds"
-            elif ratio["lo"] > BEYOND_TOLERANCE:
-                verdict = "does not hold"
-            else:
-                verdict = "undecided"
-            out.append({**claim, "measured": {"ratio": ratio, "seeds": ratio["n"]}, "verdict": verdict})
+            nll = {} if r is None or last == 0 else r["nll"].get(doc, {})
+            if cfg.train_length(factor) < int(factor * cfg.original_max_len) and method != "rope":
+                out.append(_tolerance_claim(
+                    {"id": "holds-past-data", "paper": "YaRN (Peng et al., 2023), section 4: s = 32 fine-tuned on "
+                     "64k-token windows, read to 128k", "claim": f"{LABEL(method)} with a scale for s·L0, fine-tuned on "
+                     f"{ft} windows, keeps its perplexity up to s·L0", "factor": factor, "method": method,
+                     "rule": f"per seed, ppl on [{ft}, s·L0) ÷ ppl on [L0, {ft}) after {last} steps; " + _TOLERANCE},
+                    _ratio(nll, "to_scale", "to_target")))
+            out.append(_tolerance_claim(
+                {"id": "holds-beyond", "paper": "this replication's question (the YaRN paper reads its models only "
+                 "up to their scale's s·L0: see holds-past-data)",
+                 "claim": f"{LABEL(method)} fine-tuned at {ft} keeps its perplexity beyond s·L0", "factor": factor,
+                 "method": method, "rule": (f"per seed, ppl on [s·L0, {cfg.eval_factor}·L0) ÷ ppl on [L0, {ft}) after "
+                                            f"{last} steps; " + _TOLERANCE)},
+                _ratio(nll, "beyond", "to_target")))
         # 3. searched LongRoPE beats YaRN, without and with fine-tuning
         for step in sorted({0, last}):
             y, lr = (_get(rows, factor, m, step, doc, "to_target") for m in ("rope-yarn", "rope-longrope"))
@@ -274,6 +286,25 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
     return out
 
 
+_TOLERANCE = (f"holds if the 95 % interval's top is at most {BEYOND_TOLERANCE:g}, does not hold if its bottom is "
+              f"above {BEYOND_TOLERANCE:g}")
+
+
+def _tolerance_claim(claim: dict[str, Any], ratio: dict[str, Any] | None) -> dict[str, Any]:
+    """A per-seed perplexity ratio against BEYOND_TOLERANCE: holds / does not hold / undecided (n < 2 or straddling)."""
+    if ratio is None:
+        return {**claim, "measured": None, "verdict": "not measured"}
+    if ratio["hi"] is None:
+        verdict = "undecided"
+    elif ratio["hi"] <= BEYOND_TOLERANCE:
+        verdict = "holds"
+    elif ratio["lo"] > BEYOND_TOLERANCE:
+        verdict = "does not hold"
+    else:
+        verdict = "undecided"
+    return {**claim, "measured": {"ratio": ratio, "seeds": ratio["n"]}, "verdict": verdict}
+
+
 def _claim_value(c: dict[str, Any]) -> str:
     m = c["measured"]
     if m is None:
@@ -283,7 +314,7 @@ def _claim_value(c: dict[str, Any]) -> str:
         sure = f"step {m['yarn_step_sure']}" if m.get("yarn_step_sure") is not None else "at no step"
         return (f"PI@{m['pi_steps']} {_fmt(m['pi_ppl'])}; YaRN reaches it on average: {at} ({_fmt(m['yarn_ppl'])}; "
                 f"paired ratio {_ratio_text(m.get('ratio'))}); interval at or below 1: {sure}")
-    if c["id"] == "holds-beyond":
+    if c["id"] in ("holds-beyond", "holds-past-data"):
         return f"ratio {_fmt(m['ratio'])}"
     lr, y = m["longrope_ppl"], m["yarn_ppl"]
     if c.get("step") == 0:  # one model each: the difference itself
@@ -308,25 +339,31 @@ def LABEL(method: str) -> str:
 def markdown(summary: dict[str, Any], cfg: Any, meta: dict[str, Any]) -> str:
     lines = ["# Extend by training: mini-scale replication", "",
              f"L0 = {cfg.original_max_len} byte tokens; model {cfg.dim}×{cfg.layers} layers; "
-             f"fine-tuning {cfg.batch_size}×s·L0 tokens per step at lr {cfg.lr:g}; seeds {list(cfg.seeds)}.", "",
+             f"fine-tuning {cfg.batch_size}×{fine_tuning_span(cfg)} tokens per step at lr {cfg.lr:g}; seeds "
+             f"{list(cfg.seeds)}.", "",
              "Perplexity: mean over seeds, 95 % t-interval in brackets (none with one seed).", ""]
     for k, v in meta.items():
         lines.append(f"- {k}: {v}")
     rows = summary["rows"]
+    ft = fine_tuning_span(cfg)
     for factor in cfg.factors:
+        short = cfg.train_length(factor) < int(factor * cfg.original_max_len)
+        spans = ["in_range", "to_target"] + (["to_scale"] if short else []) + ["beyond"]
+        names = {"in_range": "[0, L0)", "to_target": f"[L0, {ft})", "to_scale": f"[{ft}, s·L0)",
+                 "beyond": f"[s·L0, {cfg.eval_factor}·L0)"}
         for doc in cfg.documents:
-            lines += ["", f"## s = {factor:g}, {doc}", "",
-                      "| method | steps | [0, L0) | [L0, s·L0) | [s·L0, 16·L0) | passkey |", "|---|---|---|---|---|---|"]
+            head = ["method", "steps", *(names[n] for n in spans), "passkey"]
+            lines += ["", f"## s = {factor:g}, {doc}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for r in rows:
                 if r["factor"] != factor:
                     continue
                 p = r["ppl"].get(doc) or {}
                 keys = "; ".join(f"{n}: {v['correct']}/{v['trials']} [{v['wilson95'][0]:.2f}, {v['wilson95'][1]:.2f}]"
                                  for n, v in sorted(r["passkey"].items(), key=lambda kv: int(kv[0])))
-                lines.append(f"| {LABEL(r['method'])} | {r['step']} | {_fmt(p.get('in_range'))} | "
-                             f"{_fmt(p.get('to_target'))} | {_fmt(p.get('beyond'))} | {keys or '–'} |")
+                lines.append(f"| {LABEL(r['method'])} | {r['step']} | "
+                             + " | ".join(_fmt(p.get(n)) for n in spans) + f" | {keys or '–'} |")
     lines += ["", "## The papers' claims", "",
-              "Rules are fixed before reading the numbers (`posenc.finetune.report.claims`); perplexity on [L0, s·L0) "
+              f"Rules are fixed before reading the numbers (`posenc.finetune.report.claims`); perplexity on [L0, {ft}) "
               f"of {cfg.documents[0]} unless the claim says otherwise.", "",
               "| s | claim | measured | verdict | rule |", "|---|---|---|---|---|"]
     for c in summary.get("claims", []):
@@ -355,6 +392,8 @@ def plots(summary: dict[str, Any], cfg: Any, out: Path) -> list[str]:
                     ax.fill_between(c["position"], c["min"], c["max"], alpha=0.15)
             ax.axvline(cfg.original_max_len, color="grey", lw=0.8, ls=":")
             ax.axvline(factor * cfg.original_max_len, color="grey", lw=0.8, ls="--")
+            if cfg.train_length(factor) < factor * cfg.original_max_len:  # the data end before the scale does
+                ax.axvline(cfg.train_length(factor), color="tab:red", lw=0.8, ls="--")
             ax.set_yscale("log")
             ax.set_title(f"s = {factor:g}, {step} steps")
             ax.set_xlabel("position")

@@ -37,9 +37,11 @@ lab: $(STAMP)
 
 # one torch thread per test process unless OMP_NUM_THREADS says otherwise: the tests' models are tiny, and
 # on a 2-core machine a second thread's barrier costs more than it computes (the multi-process tests
-# start their workers with one thread each as well)
+# start their workers with one thread each as well). The tests run in one process per core (pytest-xdist,
+# POSENC_TEST_WORKERS=N to choose, 0 for one process), a test file's tests in one process, so a module's
+# fixtures (the real models) load once.
 test: $(STAMP)
-	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $${POSENC_TEST_WORKERS:-auto} --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/posenc bench

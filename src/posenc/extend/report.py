@@ -17,7 +17,7 @@ from typing import Any
 
 from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
-from posenc.extend.papers import paper_checks, verdict_line
+from posenc.extend.papers import label, paper_checks, verdict_line
 from posenc.extend.passkey import wilson
 from posenc.extend.stats import ALPHA, compare_methods
 from posenc.lab.report import CSS, fmt_number, pyplot
@@ -25,10 +25,6 @@ from posenc.lab.report import CSS, fmt_number, pyplot
 PLAIN = "rope"
 BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket past L₀ whose perplexity exceeds this × its in-range one
 FLAT_RATIO = 1.25  # a method "stays flat" when its perplexity past L₀ is within this × its own in-range perplexity
-
-
-def label(method: str, factor: float | None) -> str:
-    return method if factor is None else f"{method} ×{factor:g}"
 
 
 def _pooled_ppl(buckets: Sequence[dict[str, Any]], lo: int, hi: int | None = None) -> float | None:

@@ -114,6 +114,10 @@ class ReplicationConfig:
         """Tokens per fine-tuning window at extension factor s: s·L₀, or train_factor·L₀ when set."""
         return int((self.train_factor or factor) * self.original_max_len)
 
+    def trains_short(self, factor: float) -> bool:
+        """Whether the fine-tuning windows end before the scale's s·L₀ (a train-short grid)."""
+        return self.train_length(factor) < int(factor * self.original_max_len)
+
     def cell_name(self, method: str, factor: float, seed: int) -> str:
         return cell_name(method, factor, seed, None if self.train_factor == factor else self.train_factor)
 

@@ -64,7 +64,7 @@ def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
     for (factor, method, step), ms in sorted(grouped.items(),
                                              key=lambda kv: (kv[0][0], kv[0][2], order.get(kv[0][1], 99))):
         ranges = {"in_range": (0, l0), "to_target": (l0, cfg.train_length(factor)), "beyond": (int(factor * l0), top)}
-        if cfg.train_length(factor) < int(factor * l0):
+        if cfg.trains_short(factor):
             ranges["to_scale"] = (cfg.train_length(factor), int(factor * l0))
         row: dict[str, Any] = {"factor": factor, "method": method, "step": step, "seeds": len(ms), "ppl": {},
                                "passkey": {}, "curve": {}, "nll": {}}
@@ -95,10 +95,11 @@ def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
 
 
 def _get(rows: list[dict[str, Any]], factor: float, method: str, step: int, doc: str, rng: str) -> Any:
-    for r in rows:
-        if (r["factor"], r["method"], r["step"]) == (factor, method, step):
-            return (r["ppl"].get(doc) or {}).get(rng)
-    return None
+    return (((_row(rows, factor, method, step) or {}).get("ppl") or {}).get(doc) or {}).get(rng)
+
+
+def _row(rows: list[dict[str, Any]], factor: float, method: str, step: int) -> dict[str, Any] | None:
+    return next((r for r in rows if (r["factor"], r["method"], r["step"]) == (factor, method, step)), None)
 
 
 def _fmt(v: Any) -> str:
@@ -166,10 +167,6 @@ def _ratio(row_nll: dict[str, dict[str, float]], num: str, den: str) -> dict[str
     a, b = row_nll.get(num) or {}, row_nll.get(den) or {}
     diffs = [a[s] - b[s] for s in sorted(set(a) & set(b))]
     return interval(diffs) if diffs else None
-
-
-def _row(rows: list[dict[str, Any]], factor: float, method: str, step: int) -> dict[str, Any] | None:
-    return next((r for r in rows if (r["factor"], r["method"], r["step"]) == (factor, method, step)), None)
 
 
 def _seed_losses(row: dict[str, Any] | None, doc: str, rng: str) -> dict[str, float]:
@@ -243,9 +240,9 @@ def claims(rows: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
             out.append({**claim, "measured": measured, "verdict": verdict})
         # 2. fine-tuned at t·L0 (t = s unless the grid trains short), it keeps its perplexity further on
         for method in cfg.methods:
-            r = next((r for r in rows if (r["factor"], r["method"], r["step"]) == (factor, method, last)), None)
+            r = _row(rows, factor, method, last)
             nll = {} if r is None or last == 0 else r["nll"].get(doc, {})
-            if cfg.train_length(factor) < int(factor * cfg.original_max_len) and method != "rope":
+            if cfg.trains_short(factor) and method != "rope":
                 out.append(_tolerance_claim(
                     {"id": "holds-past-data", "paper": "YaRN (Peng et al., 2023), section 4: s = 32 fine-tuned on "
                      "64k-token windows, read to 128k", "claim": f"{LABEL(method)} with a scale for s·L0, fine-tuned on "
@@ -347,8 +344,7 @@ def markdown(summary: dict[str, Any], cfg: Any, meta: dict[str, Any]) -> str:
     rows = summary["rows"]
     ft = fine_tuning_span(cfg)
     for factor in cfg.factors:
-        short = cfg.train_length(factor) < int(factor * cfg.original_max_len)
-        spans = ["in_range", "to_target"] + (["to_scale"] if short else []) + ["beyond"]
+        spans = ["in_range", "to_target"] + (["to_scale"] if cfg.trains_short(factor) else []) + ["beyond"]
         names = {"in_range": "[0, L0)", "to_target": f"[L0, {ft})", "to_scale": f"[{ft}, s·L0)",
                  "beyond": f"[s·L0, {cfg.eval_factor}·L0)"}
         for doc in cfg.documents:
@@ -392,7 +388,7 @@ def plots(summary: dict[str, Any], cfg: Any, out: Path) -> list[str]:
                     ax.fill_between(c["position"], c["min"], c["max"], alpha=0.15)
             ax.axvline(cfg.original_max_len, color="grey", lw=0.8, ls=":")
             ax.axvline(factor * cfg.original_max_len, color="grey", lw=0.8, ls="--")
-            if cfg.train_length(factor) < factor * cfg.original_max_len:  # the data end before the scale does
+            if cfg.trains_short(factor):  # the data end before the scale does
                 ax.axvline(cfg.train_length(factor), color="tab:red", lw=0.8, ls="--")
             ax.set_yscale("log")
             ax.set_title(f"s = {factor:g}, {step} steps")

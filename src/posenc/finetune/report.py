@@ -85,7 +85,7 @@ def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
                                              for i in range(len(buckets[0]))],
                                      "min": [min(bs[i]["ppl"] for bs in buckets) for i in range(len(buckets[0]))],
                                      "max": [max(bs[i]["ppl"] for bs in buckets) for i in range(len(buckets[0]))]}
-        for length in {k for m in ms for k in m.get("passkey", {})}:
+        for length in sorted({k for m in ms for k in m.get("passkey", {})}, key=int):  # a set: order by length
             ok = sum(m["passkey"][length]["correct"] for m in ms if length in m["passkey"])
             n = sum(m["passkey"][length]["trials"] for m in ms if length in m["passkey"])
             row["passkey"][length] = {"correct": ok, "trials": n, "accuracy": ok / n if n else None,

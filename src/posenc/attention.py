@@ -112,6 +112,16 @@ class KVCache:
             self.k, self.v, self.positions = self.k.clone(), self.v.clone(), self.positions.clone()
             self._room = None
 
+    def fork(self) -> KVCache:
+        """A cache that continues from what this one holds and leaves this one as it is.
+
+        The fork shares the held keys, values and positions read-only: its first append copies them into room
+        of its own (it starts with none), and this cache's later appends write past the end of what the fork
+        sees. Many prompts that begin alike can so continue one prefix's cache (``posenc.extend.passkey``'s
+        ``PrefixCaches``) without reading the prefix again.
+        """
+        return KVCache(k=self.k, v=self.v, positions=self.positions, static=self.static, dropped=self.dropped)
+
     def mark_dynamic(self) -> None:
         """Tell ``torch.compile`` that the key length will grow: one graph serves every length.
 

@@ -12,10 +12,12 @@ transformers = pytest.importorskip("transformers", minversion="5.0",
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
-from posenc.cli import main  # noqa: E402
+from posenc.cli import build_parser, main  # noqa: E402
+from posenc.commands.extend import grid_config  # noqa: E402
 from posenc.extend.methods import METHODS, build_variant, needs_length, scheme_name  # noqa: E402
 from posenc.models.llama import build_llama  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
+from posenc.pretrained.tokenizer import load_tokenizer  # noqa: E402
 
 TEXT = "The grass is green. The pass key is 12345. What is the pass key? Licence terms and conditions apply. " * 8
 
@@ -64,6 +66,9 @@ def test_command_runs_resumes_and_reports(folder, tmp_path, capsys):
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["declared_context"] == 96 and data["summary"]["loss"]["licenses"]["original_max_len"] == 96
     assert all(c["sdpa"]["causal_path_only"] for c in data["cells"] if c["kind"] == "loss")
+    assert data["meta"]["grid"]["share_prefixes"] is True  # the default; --no-shared-prefix turns it off
+    parsed = build_parser().parse_args(["extend", str(folder), "--no-shared-prefix"])
+    assert grid_config(parsed, 96).share_prefixes is False
     assert (out / "index.html").exists() and (out / "loss-licenses-x2.png").exists()
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "cells").glob("*.json")}
     argv_again = [a for a in argv if a != "--quiet"]
@@ -122,3 +127,11 @@ def test_a_second_run_into_a_held_out_folder_is_refused_naming_the_first(folder,
         holder.wait(timeout=60)
     with run_lock(out):  # the holder exited: the kernel released its lock
         pass
+
+
+def test_the_tokenizer_alone_is_the_checkpoints(folder, tmp_path):
+    tokenizer = load_tokenizer(folder)
+    assert tokenizer.encode(TEXT) == load_pretrained(folder).tokenizer.encode(TEXT)
+    (tmp_path / "bare").mkdir()
+    with pytest.raises(ValueError, match=r"bare: no tokenizer.json; give a model folder with one, or a .gguf file"):
+        load_tokenizer(tmp_path / "bare")

@@ -10,6 +10,7 @@ import pytest
 import posenc.extend.grid as grid_module
 from posenc.extend.cells import CellStore
 from posenc.extend.grid import Grid, GridConfig
+from posenc.extend.retrieval import shared_prefix_tokens
 
 
 def _config(l0: int, **changes) -> GridConfig:
@@ -64,7 +65,7 @@ def test_passkey_cell_resumes_at_its_next_trial(tiny_model, tokenizer, tmp_path,
     decodes = _counting(monkeypatch, "greedy_continuation")
     resumed = grid.passkey_cell(300, "rope", None)
     def same(trials):
-        return [{k: v for k, v in t.items() if k != "seconds"} for t in trials]
+        return [{k: v for k, v in t.items() if k not in ("seconds", "reused_tokens")} for t in trials]
 
     assert len(decodes) == 2 and same(resumed["trials"]) == same(full["trials"])  # same seeded prompts, answers
     # more trials asked later: only the new ones run
@@ -120,3 +121,28 @@ def test_every_method_answers_the_same_prompts(tiny_model, tokenizer, l0):
     keys = {c["method"]: [(t["key"], t["depth"], t["prompt_tokens"]) for t in c["trials"]] for c in cells}
     assert keys["rope"] == keys["rerope"] == keys["string"]
     assert [d for _, d, _ in keys["rope"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
+
+
+def test_trials_continue_shared_prefixes_with_the_same_answers(tiny_model, tokenizer, l0):
+    cfg = _config(l0, methods=("rope", "rope-dynamic-ntk-fixed"), documents=(), passkey_lengths=(900,),
+                  passkey_trials=6)
+
+    def run(share):
+        grid = Grid(tiny_model, tokenizer, dataclasses.replace(cfg, share_prefixes=share), CellStore(None),
+                    model_id="tiny", progress=False, log=lambda _: None)
+        return {c["method"]: c["trials"] for c in grid.run()}
+
+    shared, whole = run(True), run(False)
+    for method in shared:
+        assert [t["answer"] for t in shared[method]] == [t["answer"] for t in whole[method]]
+        assert all(t["reused_tokens"] == 0 for t in whole[method])
+    # plain RoPE: trial 1 reuses trial 0's prefix (the intro), trial 5 (depth 0 again) the whole of it;
+    # fixed-mode dynamic NTK sets its base per prompt length, so it shares nothing
+    rope = shared["rope"]
+    assert rope[0]["reused_tokens"] == 0 and rope[1]["reused_tokens"] == rope[0]["needle_at"]
+    assert rope[5]["reused_tokens"] == rope[5]["needle_at"] == rope[0]["needle_at"]
+    assert all(t["reused_tokens"] == 0 for t in shared["rope-dynamic-ntk-fixed"])
+    # the count without a model (benchmarks/extend/prefix_tokens.py) is what the grid read
+    whole_tokens, read = shared_prefix_tokens(tokenizer, "passkey", 900, 6)
+    assert whole_tokens == sum(t["prompt_tokens"] for t in rope)
+    assert read == sum(t["prompt_tokens"] - t["reused_tokens"] for t in rope) < whole_tokens

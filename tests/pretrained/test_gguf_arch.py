@@ -17,6 +17,7 @@ from gguf_helpers import (hf_from_gguf, llama3_rope_freqs, tiny_hf, tiny_llama, 
 from posenc.families import model_types
 from posenc.formats.gguf import open_gguf, read_gguf, read_metadata
 from posenc.pretrained import load_pretrained
+from posenc.pretrained.tokenizer import load_tokenizer
 
 pytest.importorskip("accelerate")  # transformers' GGUF loading path imports it
 ARCHS = ["qwen2", "qwen3", "gemma3"]
@@ -220,6 +221,12 @@ def test_as_stored_runs_every_architecture(tmp_path: Path, tok, arch: str, qtype
         steps = torch.cat([stored.model(ids[:, :3], cache=cache)]
                           + [stored.model(ids[:, i : i + 1], cache=cache) for i in range(3, 23)], dim=1)
     assert float((steps - want).abs().max()) < 0.1 * scale
+    # the tokenizer alone (no tensor read) is the loaded model's, as stored or dequantised
+    text = "The pass key is 12345. Remember it."
+    alone = load_tokenizer(path)
+    assert alone.encode(text) == stored.tokenizer.encode(text) == ref.tokenizer.encode(text)
+    assert (alone.bos_id, alone.eos_id, alone.add_bos) == (ref.tokenizer.bos_id, ref.tokenizer.eos_id,
+                                                           ref.tokenizer.add_bos)
 
 
 def test_as_stored_refuses_an_unchecked_architecture(tmp_path: Path, tok, monkeypatch) -> None:

@@ -74,6 +74,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "layers) or rotary (RoPE layers); default: what the family does itself — "
                         + ", ".join(f"{k}: {v}" for k, v in FAMILY_LAYERS.items())
                         + "; any other family: all (rotary when some layer has no RoPE)")
+    p.add_argument("--no-shared-prefix", dest="share_prefixes", action="store_false",
+                   help="read every retrieval prompt whole (default: trials continue the kept KV caches of the filler "
+                        "before their first needle, about half the tokens for passkey trials, answers equal up to "
+                        "float rounding; the kept caches cost up to 3 prompt lengths of keys and values)")
     p.add_argument("--shard", default=None, metavar="I/N",
                    help="run only cells I, I+N, I+2N, … of the grid's fixed order (0 <= I < N); shards share --out "
                         "one after another, or run at once with one --out each (then copy cells/ together and "
@@ -145,7 +149,8 @@ def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
     return GridConfig(methods=tuple(check_methods(args.methods)), factors=tuple(factors), documents=texts,
                       loss_length=max_tokens, passkey_lengths=tuple(lengths) if trials else (),
                       passkey_trials=trials, original_max_len=int(l0), seed=args.seed,
-                      tasks=tuple(args.tasks), layers=args.layers, shard=parse_shard(args.shard))
+                      tasks=tuple(args.tasks), layers=args.layers, shard=parse_shard(args.shard),
+                      share_prefixes=args.share_prefixes)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

@@ -29,8 +29,8 @@ from posenc.extend.cells import CellStore, cell_name
 from posenc.extend.forward import sdpa_spy
 from posenc.extend.loss import bucket_edges, bucket_perplexity, smoothed_curve, token_nll
 from posenc.extend.methods import FACTORLESS, PLAIN, build_variant, method_options, needs_length, set_sequence_length
-from posenc.extend.passkey import greedy_continuation
-from posenc.extend.retrieval import TASKS, answer_tokens, build_prompt, make_trial, score
+from posenc.extend.passkey import PrefixCaches, greedy_continuation
+from posenc.extend.retrieval import TASKS, answer_tokens, build_prompt, cell_trials, make_trial, score
 from posenc.extend.texts import Document, doc_tokens, load_document
 
 
@@ -52,6 +52,9 @@ class GridConfig:
         tasks: retrieval tasks (``retrieval.TASKS``).
         layers: which layers a method changes (``methods.selected_layers``); None: what the family does.
         shard: (i, n): run only the cells whose index in the grid's order is i mod n.
+        share_prefixes: a retrieval cell's trials continue the kept caches of the filler before their first
+            needle instead of reading it again (``passkey.PrefixCaches``; about half the tokens for passkey
+            trials, answers equal up to float rounding); False reads every prompt whole.
     """
 
     methods: tuple[str, ...]
@@ -67,6 +70,7 @@ class GridConfig:
     tasks: tuple[str, ...] = ("passkey",)
     layers: str | None = None
     shard: tuple[int, int] | None = None
+    share_prefixes: bool = True
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS]
@@ -213,8 +217,7 @@ class Grid:
     def trials(self, length: int, task: str = "passkey") -> list[Any]:
         """The trials of a task at ``length``: the same keys and depths for every method (seeded by seed, task and
         length; trial t at depth ``DEPTHS[t mod 5]``)."""
-        rng = random.Random(f"{self.cfg.seed}-{task}-{length}")
-        return [make_trial(rng, task, length, index=t) for t in range(self.cfg.passkey_trials)]
+        return cell_trials(self.cfg.seed, task, length, self.cfg.passkey_trials)
 
     def passkey_cell(self, length: int, method: str, factor: float | None, task: str = "passkey") -> dict[str, Any]:
         """One (task, length, method, factor) cell, saved after every trial (a rerun resumes at the next)."""
@@ -233,20 +236,26 @@ class Grid:
             self.log(f"{name}: done earlier, kept")
             return cell
         model = self.variant(method, factor)
+        # the trials share everything before their first needle: keep those prefixes' caches (3 prompt
+        # lengths hold the five grid depths'); not where the base depends on each prompt's own length
+        share = self.cfg.share_prefixes and not needs_length(method)
+        prefixes = PrefixCaches(model, budget=3 * length) if share else None
         for trial in todo:
             prompt = build_prompt(self.tokenizer, trial)
             steps = answer_tokens(trial, self.cfg.answer_tokens)
             if needs_length(method):  # fixed-mode dynamic NTK: one base for prompt + answer
                 set_sequence_length(model, len(prompt.ids) + steps)
             began = time.perf_counter()
-            bar = self._bar(len(getattr(model, "layers", [])) * steps, name)
+            bar = self._bar(len(getattr(model, "layers", [])) * (steps + share), name)
             with layer_progress(model, bar):
-                answer = self.tokenizer.decode(greedy_continuation(model, prompt.ids, steps))
+                answer = self.tokenizer.decode(greedy_continuation(
+                    model, prompt.ids, steps, prefixes=prefixes, shared=prompt.first_needle))
             bar.close()
             found, fraction = score(answer, trial)
             cell["trials"].append({"keys": list(trial.answers), "key": trial.answers[0], "depth": trial.depth,
                                    "needles": [[n.key, n.depth] for n in trial.needles], "asked": trial.asked,
                                    "prompt_tokens": len(prompt.ids), "needle_at": prompt.spans[0][0],
+                                   "reused_tokens": prefixes.reused if prefixes else 0,
                                    "answer": answer, "correct": found, "fraction": fraction,
                                    "seconds": time.perf_counter() - began})
             self.store.save(name, cell)

@@ -93,12 +93,70 @@ def score(answer: str, key: str) -> bool:
     return found is not None and found.group(0) == key
 
 
+class PrefixCaches:
+    """KV caches of prompt beginnings that many prompts share, kept so that later prompts continue them.
+
+    The retrieval trials of one (task, length) differ only from their first
+    needle on: before it, every prompt is the same intro and the same filler
+    sentences. ``start(ids, shared)`` returns a cache that holds ``ids[:shared]``:
+    it forks the longest kept prefix that ``ids`` begins with (``KVCache.fork``:
+    no copy, the kept cache is left as it is), reads only the tokens between
+    that prefix and ``shared``, and keeps the new prefix for the prompts after
+    it while the kept prefixes hold at most ``budget`` tokens in all. Passkey
+    trials at the five grid depths 0, ¼, ½, ¾, 1 then read on average half of
+    their filler (the five prefixes, each the intro and 0, ¼, … of the filler,
+    fit a budget of 3 prompt lengths); the cost is their memory, ``budget``
+    tokens of keys and values per layer.
+
+    A kept prefix is reused only where ``ids`` begins with exactly its tokens,
+    and only with the model it was computed by (make one per model). The
+    result differs from one pass over the whole prompt only by float rounding
+    (the same keys, computed in two calls instead of one); methods whose
+    rotation depends on the whole sequence's length (``methods.needs_length``)
+    must not share prefixes across prompts of different lengths.
+    """
+
+    def __init__(self, model: nn.Module, budget: int) -> None:
+        self.model, self.budget = model, budget
+        self.kept: dict[int, tuple[list[int], list[Any]]] = {}
+        #: prompt tokens the last ``start`` took from a kept prefix (not read again)
+        self.reused = 0
+
+    def plan(self, ids: list[int], shared: int) -> tuple[int, int, bool]:
+        """What ``start`` does for a prompt, decided without the model: (held, reused, keep) — the cache will hold
+        ``ids[:held]`` (``shared``, kept below the prompt's length: its last token's pass gives the first answer
+        token), ``reused`` of those come from a kept prefix, and whether the new prefix is kept."""
+        held = max(0, min(shared, len(ids) - 1))
+        reused = max((n for n, (tokens, _) in self.kept.items() if n <= held and ids[:n] == tokens), default=0)
+        return held, reused, held > reused and held not in self.kept and sum(self.kept) + held <= self.budget
+
+    def start(self, ids: list[int], shared: int) -> tuple[list[Any], int, int]:
+        """(a cache holding ``ids[:held]``, held, how many of those came from a kept prefix): see ``plan``."""
+        held, reused, keep = self.plan(ids, shared)
+        cache = [c.fork() for c in self.kept[reused][1]] if reused else self.model.new_cache()
+        if held > reused:
+            device = next(self.model.parameters()).device
+            final_hidden(self.model, torch.tensor([ids[reused:held]], dtype=torch.long, device=device), cache=cache)
+        if keep:
+            self.kept[held] = (ids[:held], [c.fork() for c in cache])
+        self.reused = reused
+        return cache, held, reused
+
+
 @torch.no_grad()
-def greedy_continuation(model: nn.Module, ids: list[int], max_new_tokens: int) -> list[int]:
-    """Greedy decoding with the KV cache; logits only for the last position (no (T, V) tensor)."""
+def greedy_continuation(model: nn.Module, ids: list[int], max_new_tokens: int, *,
+                        prefixes: PrefixCaches | None = None, shared: int = 0) -> list[int]:
+    """Greedy decoding with the KV cache; logits only for the last position (no (T, V) tensor).
+
+    With ``prefixes``, the first ``shared`` prompt tokens continue a kept prefix's cache where one fits
+    (``PrefixCaches``); the answer is the same up to float rounding.
+    """
     device = next(model.parameters()).device
-    cache = model.new_cache()
-    new = torch.tensor([ids], dtype=torch.long, device=device)
+    if prefixes is None:
+        cache, shared = model.new_cache(), 0
+    else:
+        cache, shared, _ = prefixes.start(ids, shared)
+    new = torch.tensor([ids[shared:]], dtype=torch.long, device=device)
     out: list[int] = []
     for _ in range(max_new_tokens):
         hidden = final_hidden(model, new, cache=cache)[:, -1]  # (1, D)

@@ -20,7 +20,11 @@ t at depth ``DEPTHS[t mod 5]``, so 20 trials put 4 at each depth; the asked
 needle sits at that depth, distractors and extra values at seeded random
 depths. Keys are seeded by (seed, task, length): every method answers the
 very same prompts, which is what makes the paired comparison of
-``posenc.extend.stats`` valid.
+``posenc.extend.stats`` valid. Before its first needle
+(``RetrievalPrompt.first_needle``) every prompt of a cell is the same intro
+and filler: the grid's trials continue kept caches of those prefixes
+(``passkey.PrefixCaches``), and ``shared_prefix_tokens`` counts the tokens
+that saves.
 
 Example::
 
@@ -37,7 +41,7 @@ from dataclasses import dataclass, field
 
 from typing import Any
 
-from posenc.extend.passkey import FILLER, INTRO
+from posenc.extend.passkey import FILLER, INTRO, PrefixCaches
 from posenc.extend.texts import bos_prefix, encode_plain
 
 TASKS = ("passkey", "multikey", "multivalue")
@@ -88,6 +92,11 @@ class RetrievalPrompt:
     #: (start, end) token span of each needle, in ``trial.needles`` order
     spans: list[tuple[int, int]] = field(default_factory=list)
 
+    @property
+    def first_needle(self) -> int:
+        """Token index where the first needle (by depth) starts: every prompt of a cell is the same before it."""
+        return min(start for start, _ in self.spans)
+
 
 def _keys(rng: random.Random, n: int) -> list[str]:
     keys: list[str] = []
@@ -96,6 +105,13 @@ def _keys(rng: random.Random, n: int) -> list[str]:
         if key not in keys:
             keys.append(key)
     return keys
+
+
+def cell_trials(seed: int, task: str, length: int, count: int) -> list[RetrievalTrial]:
+    """The trials of a (task, length) cell: keys seeded by (seed, task, length), trial t at ``DEPTHS[t mod 5]``;
+    the same for every method."""
+    rng = random.Random(f"{seed}-{task}-{length}")
+    return [make_trial(rng, task, length, index=t) for t in range(count)]
 
 
 def make_trial(rng: random.Random, task: str, length: int, *, index: int) -> RetrievalTrial:
@@ -157,3 +173,18 @@ def score(answer: str, trial: RetrievalTrial) -> tuple[bool, float]:
         return hit == len(trial.answers), hit / len(trial.answers)
     ok = bool(runs) and runs[0] == trial.answers[0]
     return ok, float(ok)
+
+
+def shared_prefix_tokens(tokenizer: Any, task: str, length: int, count: int, *, seed: int = 0,
+                         budget: int | None = None) -> tuple[int, int]:
+    """(prompt tokens of a cell's ``count`` trials, tokens read when they share prefixes): what
+    ``passkey.PrefixCaches`` saves, counted without a model (budget: 3 prompt lengths, as the grid keeps)."""
+    prefixes = PrefixCaches(None, budget=3 * length if budget is None else budget)  # type: ignore[arg-type]
+    whole = read = 0
+    for trial in cell_trials(seed, task, length, count):
+        prompt = build_prompt(tokenizer, trial)
+        held, reused, keep = prefixes.plan(prompt.ids, prompt.first_needle)
+        if keep:
+            prefixes.kept[held] = (prompt.ids[:held], [])
+        whole, read = whole + len(prompt.ids), read + len(prompt.ids) - reused
+    return whole, read

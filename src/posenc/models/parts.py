@@ -120,6 +120,10 @@ class LayerCache:
         self.self_attn.reorder(index)
         self.cross_attn.reorder(index)
 
+    def fork(self) -> LayerCache:
+        """Caches that continue from these and leave them as they are (``KVCache.fork``)."""
+        return LayerCache(self.self_attn.fork(), self.cross_attn.fork())
+
 
 class DecoderLayer(nn.Module):
     """Causal self-attention → cross-attention to the encoder output (optional) → feed-forward.

@@ -122,13 +122,12 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     """
     from posenc.formats.gguf import (GROUP16_TYPES, GROUP_TYPES, config_of, index_tensors, load_tensor, open_mapped,
                                      raw_blocks, stored_pairing, type_name)
-    from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
     from posenc.families import family_named
     from posenc.models.llama import build_llama
     from posenc import kernels
     from posenc.models.quant import QuantEmbedding, QuantHead, QuantLinear
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
-    from posenc.pretrained.tokenizer import Tokenizer
+    from posenc.pretrained.tokenizer import gguf_tokenizer
 
     if mapped is None or Path(mapped.path) != Path(path):
         mapped = open_mapped(path)  # memory-mapped: tensor data is read where it lies, when it is used
@@ -182,11 +181,8 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     for n, t in rest:
         stored[family.posenc_name(n)] = f"{type_name(t)} → {str(dtype).removeprefix('torch.')}"
     load_llama_weights(model, tensors, source=str(path), dtype=dtype, device="cpu", source_pairing=source_pairing)
-    get = lambda key: int(meta[key]) if key in meta else None  # noqa: E731
-    tok = Tokenizer(tokenizer_from_metadata(meta, path), bos_id=get("tokenizer.ggml.bos_token_id"),
-                    eos_id=get("tokenizer.ggml.eos_token_id"), chat_template=meta.get("tokenizer.chat_template"),
-                    add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)))
-    return {"model": model.eval(), "config": cfg, "hf_config": hf, "tokenizer": tok, "stored": stored}
+    return {"model": model.eval(), "config": cfg, "hf_config": hf, "tokenizer": gguf_tokenizer(meta, path),
+            "stored": stored}
 
 
 def quantise_model(model: nn.Module, bits: int) -> dict[str, str]:

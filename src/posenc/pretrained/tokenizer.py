@@ -148,3 +148,31 @@ def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | No
     if eos is not None and eos not in eos_ids:
         eos_ids.insert(0, eos)
     return Tokenizer(tok, bos_id=bos, eos_id=eos, chat_template=template, eos_ids=eos_ids)
+
+
+def gguf_tokenizer(meta: dict[str, Any], path: Path) -> Tokenizer:
+    """The tokenizer a GGUF file's metadata describes, with its BOS/EOS ids, chat template and add-BOS flag."""
+    from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
+
+    get = lambda key: int(meta[key]) if key in meta else None  # noqa: E731
+    return Tokenizer(tokenizer_from_metadata(meta, path), bos_id=get("tokenizer.ggml.bos_token_id"),
+                     eos_id=get("tokenizer.ggml.eos_token_id"), chat_template=meta.get("tokenizer.chat_template"),
+                     add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)))
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Just the tokenizer of a checkpoint — a ``.gguf`` file or an HF folder — without its weights.
+
+    Raises:
+        ValueError: the folder has no ``tokenizer.json``.
+    """
+    path = Path(path)
+    if path.suffix == ".gguf":
+        from posenc.formats.gguf import open_gguf, read_metadata
+
+        return gguf_tokenizer(read_metadata(open_gguf(path)), path)
+    config = _json_object(path / "config.json") if (path / "config.json").exists() else {}
+    tokenizer = load_hf_tokenizer(path, config)
+    if tokenizer is None:
+        raise ValueError(f"{path}: no tokenizer.json; give a model folder with one, or a .gguf file")
+    return tokenizer

@@ -395,6 +395,10 @@ def refuse_existing_run(path: str | os.PathLike[str]) -> None:
                          "--resume (resume=True), or give a new directory — a fresh run there would mix two runs")
 
 
+class RunInUse(ValueError):
+    """``run_lock``'s refusal: another live process holds the directory (a ValueError, as every refusal is)."""
+
+
 @contextmanager
 def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory",
              fix: str = "wait for it to finish, or give another directory") -> Iterator[None]:
@@ -434,7 +438,7 @@ def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory"
         except BlockingIOError:
             pid, _, command = os.pread(fd, 1024, 0).decode(errors="replace").partition("\n")
             started = f", started as `{command.strip()}`" if command.strip() else ""
-            raise ValueError(f"{what} {path} is in use by another posenc run (pid {pid.strip() or 'unknown'})"
+            raise RunInUse(f"{what} {path} is in use by another posenc run (pid {pid.strip() or 'unknown'})"
                              f"{started}; {fix}") from None
         held = True
         os.ftruncate(fd, 0)

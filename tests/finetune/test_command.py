@@ -54,3 +54,16 @@ def test_bad_runs_are_refused_with_the_fix(tmp_path, seed, text_file, capsys, ex
     code = main(["finetune", "run", str(start), "--train-text", str(text_file), "--eval-length", "0", "--steps", "1",
                  "--quiet", *extra])
     assert code == 2 and re.search(message, capsys.readouterr().err)
+
+
+def test_grid_shard_takes_index_count_or_any(capsys):
+    from posenc.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["finetune", "grid", "--shard", "any"]).shard == "any"
+    assert parser.parse_args(["finetune", "grid", "--shard", "1/3"]).shard == (1, 3)
+    for bad, message in (("all", "--shard takes INDEX/COUNT, e.g. 0/4, or any, got 'all'"),
+                         ("3/3", "--shard 3/3: need 0 <= INDEX < COUNT")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["finetune", "grid", "--shard", bad])
+        assert message in capsys.readouterr().err

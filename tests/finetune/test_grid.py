@@ -74,3 +74,31 @@ def test_a_grid_trained_short_fine_tunes_on_shorter_windows_and_reads_past_them(
     assert full.cell_name("rope-yarn", 4.0, 0) == "rope-yarn-x4-seed0"
     with pytest.raises(ValueError, match="train_factor must be"):
         dataclasses.replace(cfg, train_factor=8.0)  # longer than the scale
+
+
+def test_shard_any_takes_the_cells_as_a_queue_skipping_one_another_holds(tmp_path, text_file, seed):
+    """Processes sharing a folder with shard=ANY each take the next cell that is neither saved nor held: a cell
+    whose run folder another process holds (run_lock: flock, so a second descriptor in this process is refused
+    alike) is skipped at once, and taken by a later call once free."""
+    import dataclasses
+
+    from posenc.checkpoint import run_lock
+    from posenc.finetune.grid import ANY
+
+    cfg = dataclasses.replace(_cfg(text_file), methods=("rope", "rope-yarn"), seeds=(0, 1), steps=(0, 1))
+    out = tmp_path / "queue"
+    Replication(cfg, out, progress=False, log=lambda m: None).run(stages=("pretrain",))
+    logs: list[str] = []
+    with run_lock(out / "runs" / "rope-yarn-x2-seed0"):  # "another process" fine-tuning this cell
+        cells = Replication(cfg, out, progress=False, log=logs.append).run(stages=("cells", "report"), shard=ANY)
+    assert [c["name"] for c in cells] == ["rope-x2-seed0", "rope-x2-seed1", "rope-yarn-x2-seed1"]
+    assert any(line.startswith("rope-yarn-x2-seed0: skipped, cell rope-yarn-x2-seed0 ") and "is in use by another "
+               "posenc run" in line for line in logs)
+    assert not (out / "results.json").exists()  # a queue process does not report: others may still be running
+    logs.clear()
+    again = Replication(cfg, out, progress=False, log=logs.append).run(stages=("cells",), shard=ANY)
+    assert [c["name"] for c in again] == ["rope-x2-seed0", "rope-yarn-x2-seed0", "rope-x2-seed1",
+                                          "rope-yarn-x2-seed1"]
+    assert sum("fine-tuning" in line for line in logs) == 1 and sum("done earlier" in line for line in logs) == 3
+    with pytest.raises(ValueError, match=r"shard must be INDEX/COUNT with 0 <= INDEX < COUNT or 'any', got"):
+        Replication(cfg, out, progress=False, log=lambda m: None).run(shard="all")

@@ -6,6 +6,7 @@
     posenc finetune search MODEL --factor 4 --out runs/longrope-x4             # LongRoPE's evolutionary search
     posenc finetune run MODEL --method rope-longrope --longrope runs/longrope-x4 --factor 4 ...
     posenc finetune grid --out runs/replication --shard 0/2                    # the mini-scale replication
+    posenc finetune grid --out runs/replication --shard any &  # ×N processes: the cells as a queue
 
 MODEL is a posenc run directory (``posenc finetune grid`` writes one under
 OUT/pretrain/checkpoints), an HF model folder or a .gguf file. Every run is
@@ -50,11 +51,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _shard(text: str) -> tuple[int, int]:
+def _shard(text: str) -> tuple[int, int] | str:
+    if text == "any":
+        return text
     try:
         a, b = (int(x) for x in text.split("/"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--shard takes INDEX/COUNT, e.g. 0/4, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"--shard takes INDEX/COUNT, e.g. 0/4, or any, got {text!r}") from None
     if not (b >= 1 and 0 <= a < b):
         raise argparse.ArgumentTypeError(f"--shard {text}: need 0 <= INDEX < COUNT")
     return a, b
@@ -213,7 +216,8 @@ def run_grid(args: argparse.Namespace) -> int:
     stages = tuple(args.stage or ("pretrain", "search", "cells", "report"))
     began = time.perf_counter()
     load = os.getloadavg()
-    log(f"grid: {len(cfg.cells())} cells; shard {args.shard[0]}/{args.shard[1]}; stages {', '.join(stages)}; "
+    shard = "any" if args.shard == "any" else f"{args.shard[0]}/{args.shard[1]}"
+    log(f"grid: {len(cfg.cells())} cells; shard {shard}; stages {', '.join(stages)}; "
         f"load {load[0]:.1f}")
     rep = Replication(cfg, out, progress=not args.quiet, log=log)
     # the whole grid holds its folder; shards share it by design (after shard 0's pretraining), each cell's
@@ -221,7 +225,7 @@ def run_grid(args: argparse.Namespace) -> int:
     with hold_out(out if args.shard == (0, 1) else None):
         cells = rep.run(stages=stages, shard=args.shard)
     log(f"grid: {len(cells)} cells this call, {time.perf_counter() - began:.0f} s; load {os.getloadavg()[0]:.1f}"
-        + (f"; report in {out / 'results.md'}" if "report" in stages and args.shard[1] == 1 else ""))
+        + (f"; report in {out / 'results.md'}" if "report" in stages and args.shard == (0, 1) else ""))
     return 0
 
 
@@ -310,8 +314,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a setting of the replication (repeatable), e.g. seeds=[0,1] or steps=[0,50]")
     q.add_argument("--stage", action="append", choices=("pretrain", "search", "cells", "report"),
                    help="run only these stages (repeatable; default all)")
-    q.add_argument("--shard", type=_shard, default=(0, 1), help="INDEX/COUNT: cells INDEX, INDEX+COUNT, … "
-                                                                "(shard 0 also pretrains and searches)")
+    q.add_argument("--shard", type=_shard, default=(0, 1),
+                   help="INDEX/COUNT: cells INDEX, INDEX+COUNT, … (shard 0 also pretrains and searches); or any: "
+                        "processes sharing --out take the cells as a queue, each the next cell no other holds "
+                        "(after --stage pretrain --stage search; the report after the last)")
     add_out(q, default=None, help="the replication's folder")
     add_threads(q)
     add_quiet(q)

@@ -12,7 +12,9 @@ Stages, each resumable, all under one folder ``OUT``:
    method (the seed draws them), measured before fine-tuning (step 0) and at
    every step of ``steps``. The learning rate is constant after the warm-up,
    so the model at step 50 of a 400-step run is the model a 50-step run would
-   give. Cells are sharded (``shard=(i, n)``: cells i, i + n, …), saved as
+   give. Cells are sharded (``shard=(i, n)``: cells i, i + n, …) or taken as
+   a queue (``shard=ANY``: each process the next cell no other holds — s = 8
+   cells cost 2–3× s = 4 ones, so fixed shards end hours apart), saved as
    they finish, resumed from their checkpoints when stopped.
 4. ``report`` — ``results.json``, ``results.md`` and PNG plots of perplexity
    against position, per factor and step count, with intervals over seeds.
@@ -36,10 +38,12 @@ from typing import Any
 
 import torch
 
-from posenc.checkpoint import atomic_write_text
+from posenc.checkpoint import RunInUse, atomic_write_text, run_lock
 from posenc.validation import dumps
 
 METHODS = ("rope", "rope-linear", "rope-ntk", "rope-yarn", "rope-longrope")
+#: ``Replication.run(shard=ANY)``: processes share the cells as a queue (``--shard any``)
+ANY = "any"
 LABELS = {"rope": "RoPE (no scaling)", "rope-linear": "PI", "rope-ntk": "NTK-aware", "rope-yarn": "YaRN",
           "rope-longrope": "LongRoPE (searched)"}
 
@@ -242,23 +246,44 @@ class Replication:
         return read_searched(folder)
 
     # -- 3. the fine-tuning cells ----------------------------------------------------------------
-    def cell(self, method: str, factor: float, seed: int, start: Any) -> dict[str, Any] | None:
-        from posenc.finetune.run import FinetuneConfig, finetune
+    def cell(self, method: str, factor: float, seed: int, start: Any, *, claim: bool = False
+             ) -> dict[str, Any] | None:
+        """One cell: its saved result, or its fine-tuning run (None: interrupted). With ``claim`` the cell's run
+        folder is held first (``run_lock``): a cell another process holds raises ``RunInUse`` at once."""
+        from posenc.finetune.run import FinetuneConfig
 
         c, l0 = self.cfg, self.cfg.original_max_len
         name = c.cell_name(method, factor, seed)
-        path = self.out / "cells" / f"{name}.json"
         ft = FinetuneConfig(method=method, factor=None if method == "rope" else factor, original_max_len=l0,
                             searched=self.searched(factor) if method == "rope-longrope" else None,
                             length=c.train_length(factor), batch_size=c.batch_size, steps=max(1, c.max_steps), lr=c.lr,
                             min_lr=c.lr, warmup_steps=c.warmup_steps, seed=seed, eval_every=c.eval_every,
                             eval_steps=tuple(s for s in c.steps if s > 0),
                             checkpoint_every=max(1, c.eval_every), measure=self.measure_spec())
+        saved = self._saved(name, ft)
+        if saved is not None or not claim:
+            return saved or self._fine_tune(name, method, factor, seed, ft, start)
+        with run_lock(self.out / "runs" / name, what=f"cell {name}",
+                      fix="another process of this grid is fine-tuning it (--shard any takes the next free cell)"):
+            # the holder may have finished it between the check above and the lock
+            return self._saved(name, ft) or self._fine_tune(name, method, factor, seed, ft, start)
+
+    def _saved(self, name: str, ft: Any) -> dict[str, Any] | None:
+        """The cell's saved result, if one was made with this configuration."""
+        path = self.out / "cells" / f"{name}.json"
         if path.exists():
             saved = json.loads(path.read_text(encoding="utf-8"))
             if saved.get("config") == ft.to_dict():
                 self.log(f"{name}: done earlier, kept")
                 return saved
+        return None
+
+    def _fine_tune(self, name: str, method: str, factor: float, seed: int, ft: Any, start: Any
+                   ) -> dict[str, Any] | None:
+        from posenc.finetune.run import finetune
+
+        c = self.cfg
+        path = self.out / "cells" / f"{name}.json"
         run = self.out / "runs" / name
         for other in c.seeds:  # the measures before fine-tuning do not depend on the seed: reuse another's
             sibling = self.out / "runs" / c.cell_name(method, factor, other) / "before.json"
@@ -288,24 +313,34 @@ class Replication:
         return cell
 
     def run(self, *, stages: tuple[str, ...] = ("pretrain", "search", "cells", "report"),
-            shard: tuple[int, int] = (0, 1)) -> list[dict[str, Any]]:
-        index, count = shard
-        if not (count >= 1 and 0 <= index < count):
-            raise ValueError(f"shard must be INDEX/COUNT with 0 <= INDEX < COUNT, got {index}/{count}")
+            shard: tuple[int, int] | str = (0, 1)) -> list[dict[str, Any]]:
+        """The stages asked for. ``shard``: (i, n) runs cells i, i + n, … (shard 0 also pretrains and searches,
+        one shard also reports); ``ANY`` takes the cells as a queue — each process the next cell that is neither
+        saved nor held by another (pretraining and search done before; no report)."""
+        queue = shard == ANY
+        index, count = (0, 0) if queue or len(shard) != 2 else shard
+        if not queue and not (len(shard) == 2 and count >= 1 and 0 <= index < count):
+            raise ValueError(f"shard must be INDEX/COUNT with 0 <= INDEX < COUNT or {ANY!r}, got {shard!r}")
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         self.out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(self.out / "replication.json", dumps(self.cfg.to_dict(), indent=1))
-        if "pretrain" in stages and index == 0:
+        if "pretrain" in stages and index == 0 and not queue:
             self.pretrain()
-        if "search" in stages and index == 0 and "rope-longrope" in self.cfg.methods:
+        if "search" in stages and index == 0 and not queue and "rope-longrope" in self.cfg.methods:
             for factor in self.cfg.factors:
                 self.search(factor)
         cells = []
         if "cells" in stages:
             start = self.start()
-            for method, factor, seed in self.cfg.cells()[index::count]:
-                cell = self.cell(method, factor, seed, start)
+            for method, factor, seed in self.cfg.cells() if queue else self.cfg.cells()[index::count]:
+                try:
+                    cell = self.cell(method, factor, seed, start, claim=queue)
+                except RunInUse as held:
+                    if not queue:
+                        raise
+                    self.log(f"{self.cfg.cell_name(method, factor, seed)}: skipped, {str(held).split(';')[0]}")
+                    continue
                 if cell is None:
                     break
                 cells.append(cell)

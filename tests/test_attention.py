@@ -177,3 +177,31 @@ def test_kv_cache_grows_in_place_and_equals_concatenation(gen):
     k = torch.randn(b, h, 1, d, generator=gen)
     cache.append(k, k, torch.tensor([cache.length]))
     assert torch.equal(cache.k, torch.cat((torch.cat(seen, dim=-2)[[1, 0]], k), dim=-2))
+
+
+@pytest.mark.parametrize("position, kv_heads, sinks", [("rope", 2, False), ("alibi", 4, True), ("t5", 1, False)])
+def test_many_queries_continuing_a_cache_equal_the_whole_pass(gen, monkeypatch, position, kv_heads, sinks):
+    """A prompt read in two calls — a cached prefix, then many more queries (``_continued``: the fused kernel
+    twice, cached keys unmasked and new keys causally, merged by log-sum-exp; or one masked call for a biased
+    scheme or sinks) — equals one causal pass over the whole, with a rotary, an additive-bias and a
+    bucketed-bias scheme, grouped or single key heads, attention sinks."""
+    from posenc.attention import CONTINUATION_MIN
+
+    heads, dim = 4, 32
+    scheme = build(position, dim=dim, num_heads=heads, causal=True)
+    attn = MultiHeadAttention(dim=dim, num_heads=heads, num_kv_heads=kv_heads, position=scheme,
+                              sinks=sinks).double().eval()
+    past = int(torch.randint(50, 400, (1,), generator=gen))
+    more = CONTINUATION_MIN + int(torch.randint(1, 300, (1,), generator=gen))
+    x = torch.randn(2, past + more, dim, generator=gen, dtype=torch.float64)
+    blocks = []
+    real = MultiHeadAttention._continued
+    monkeypatch.setattr(MultiHeadAttention, "_continued", lambda self, q, *a: blocks.append(q.shape[-2]) or
+                        real(self, q, *a))
+    with torch.no_grad():
+        whole, _ = attn(x, causal=True)
+        cache = KVCache()
+        first, _ = attn(x[:, :past], causal=True, cache=cache)
+        rest, _ = attn(x[:, past:], causal=True, cache=cache)
+    assert blocks == [more]  # the continuation, not the first fill
+    torch.testing.assert_close(torch.cat((first, rest), dim=1), whole, rtol=1e-10, atol=1e-10)

@@ -428,6 +428,9 @@ class MultiHeadAttention(nn.Module):
                 out, weights = self._attend(q, k, v, q_pos, k_pos, allowed=allowed, need_weights=True)
             else:
                 out, weights = self._windowed(q, k, v, q_pos, k_pos, offset=offset, k_start=k_start), None
+        elif (causal and self_attention and CONTINUATION_MIN < q_len < k.shape[-2] and valid_lens is None
+              and key_padding_mask is None and not need_weights and not torch.compiler.is_compiling()):
+            out, weights = self._continued(q, k, v, q_pos, k_pos), None
         else:
             out, weights = self._attend(q, k, v, q_pos, k_pos, causal=causal, valid_lens=valid_lens,
                                         key_padding_mask=key_padding_mask, need_weights=need_weights)
@@ -481,6 +484,37 @@ class MultiHeadAttention(nn.Module):
             outs.append(out)
             start = stop
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)  # (B, H, Tq, Dh)
+
+    def _continued(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+        """Causal attention of many queries that continue a cache (the last Tq of Tk > Tq keys).
+
+        One masked call would score the whole (Tq, Tk) rectangle — the Tq²/2 pairs the mask hides included,
+        as many pairs as the whole prompt's causal pass when the prefix is as long as the continuation — and
+        hold a (Tq, Tk) mask. On the CPU, with no logit bias, sinks or dropout, it is two calls of the fused
+        kernel instead — every query against the cached keys, unmasked (a key head's query heads folded into
+        one: nothing repeated), and the new keys causally (a square) — merged by their log-sum-exps: the
+        pairs a causal pass scores, no mask. Otherwise the one masked call.
+        """
+        base = PositionScheme
+        scheme = type(self.position)
+        if (q.device.type != "cpu" or self.sinks is not None or (self.training and self.dropout > 0)
+                or scheme.logit_bias is not base.logit_bias or scheme.attention_bias is not base.attention_bias
+                or q.dtype not in (torch.float32, torch.float64, torch.bfloat16)):
+            return self._attend(q, k, v, q_pos, k_pos, causal=True)[0]
+        flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        batch, heads, q_len, head_dim = q.shape
+        kv_heads, past = k.shape[1], k.shape[-2] - q.shape[-2]
+        groups = heads // kv_heads
+        folded = q.reshape(batch, kv_heads, groups * q_len, head_dim)  # consecutive query heads share a key head
+        out_past, lse_past = flash(folded, k[..., :past, :], v[..., :past, :], 0.0, False, scale=self.scale)
+        out_past, lse_past = out_past.reshape(q.shape), lse_past.reshape(batch, heads, q_len)
+        k_new, v_new = k[..., past:, :], v[..., past:, :]
+        if groups > 1:
+            k_new, v_new = k_new.repeat_interleave(groups, dim=1), v_new.repeat_interleave(groups, dim=1)
+        out_new, lse_new = flash(q, k_new, v_new, 0.0, True, scale=self.scale)
+        top = torch.maximum(lse_past, lse_new)
+        w_past, w_new = (lse_past - top).exp().unsqueeze(-1), (lse_new - top).exp().unsqueeze(-1)
+        return ((out_past * w_past + out_new * w_new) / (w_past + w_new)).to(q.dtype)  # (B, H, Tq, Dh)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, q_pos: Tensor, k_pos: Tensor, *, causal: bool = False,
                 valid_lens: Tensor | None = None, key_padding_mask: Tensor | None = None,
@@ -565,6 +599,8 @@ class MultiHeadAttention(nn.Module):
 
 #: Queries per block of sliding-window attention (at least the window): fewer, larger SDPA calls.
 WINDOW_BLOCK = 256
+#: More queries than this continuing a cache take ``MultiHeadAttention._continued`` (fewer: one masked call).
+CONTINUATION_MIN = 64
 
 
 def window_mask(window: Window, *, q_index: int, k_index: int, q_len: int, k_len: int,

@@ -16,7 +16,7 @@ FLAGS = {
               "--size", "--suites", "--threads"],
     "demo": ["--dim", "--heads", "--kind", "--layers", "--position", "--position-option", "--seed", "--vocab"],
     "extend": ["--device", "--dtype", "--factors", "--json", "--layers", "--lengths", "--max-tokens", "--methods",
-               "--original-max-len", "--out", "--passkey-trials", "--quick", "--quiet", "--report-only", "--seed",
+               "--no-shared-prefix", "--original-max-len", "--out", "--passkey-trials", "--quick", "--quiet", "--report-only", "--seed",
                "--shard", "--tasks", "--text", "--threads", "--weights"],
     "export": ["--format", "--json", "--out", "--position", "--position-option", "--quiet", "--setting"],
     "explore": ["--host", "--no-browser", "--port", "--quiet", "--threads"],

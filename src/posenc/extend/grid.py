@@ -246,7 +246,8 @@ class Grid:
             if needs_length(method):  # fixed-mode dynamic NTK: one base for prompt + answer
                 set_sequence_length(model, len(prompt.ids) + steps)
             began = time.perf_counter()
-            bar = self._bar(len(getattr(model, "layers", [])) * (steps + share), name)
+            held, reused, _ = prefixes.plan(prompt.ids, prompt.first_needle) if prefixes else (0, 0, False)
+            bar = self._bar(len(getattr(model, "layers", [])) * (steps + (held > reused)), name)  # + the prefix's pass
             with layer_progress(model, bar):
                 answer = self.tokenizer.decode(greedy_continuation(
                     model, prompt.ids, steps, prefixes=prefixes, shared=prompt.first_needle))

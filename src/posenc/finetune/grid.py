@@ -261,8 +261,10 @@ class Replication:
                             eval_steps=tuple(s for s in c.steps if s > 0),
                             checkpoint_every=max(1, c.eval_every), measure=self.measure_spec())
         saved = self._saved(name, ft)
-        if saved is not None or not claim:
-            return saved or self._fine_tune(name, method, factor, seed, ft, start)
+        if saved is not None:
+            return saved
+        if not claim:
+            return self._fine_tune(name, method, factor, seed, ft, start)
         with run_lock(self.out / "runs" / name, what=f"cell {name}",
                       fix="another process of this grid is fine-tuning it (--shard any takes the next free cell)"):
             # the holder may have finished it between the check above and the lock
@@ -318,9 +320,9 @@ class Replication:
         one shard also reports); ``ANY`` takes the cells as a queue — each process the next cell that is neither
         saved nor held by another (pretraining and search done before; no report)."""
         queue = shard == ANY
-        index, count = (0, 0) if queue or len(shard) != 2 else shard
-        if not queue and not (len(shard) == 2 and count >= 1 and 0 <= index < count):
+        if not queue and not (isinstance(shard, tuple) and len(shard) == 2 and 0 <= shard[0] < shard[1]):
             raise ValueError(f"shard must be INDEX/COUNT with 0 <= INDEX < COUNT or {ANY!r}, got {shard!r}")
+        index, count = (0, 0) if queue else shard  # a queue process neither pretrains, searches nor reports
         if self.cfg.threads:
             torch.set_num_threads(self.cfg.threads)
         self.out.mkdir(parents=True, exist_ok=True)

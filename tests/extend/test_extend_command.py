@@ -135,3 +135,32 @@ def test_the_tokenizer_alone_is_the_checkpoints(folder, tmp_path):
     (tmp_path / "bare").mkdir()
     with pytest.raises(ValueError, match=r"bare: no tokenizer.json; give a model folder with one, or a .gguf file"):
         load_tokenizer(tmp_path / "bare")
+
+
+def test_a_cell_made_in_another_dtype_or_weights_is_not_reused(folder, tmp_path, capsys):
+    """The dtype and the weights are part of the model a cell was made with: a float32 cell is not taken as
+    done by a bfloat16 run (it is recomputed and says so in its settings), while the defaults keep the plain
+    file name, so cells saved before dtype and weights were named stay valid."""
+    from posenc.commands.extend import _model_id
+
+    out = tmp_path / "out"
+    argv = ["extend", str(folder), "--text", "licenses", "--methods", "rope", "--factors", "2", "--max-tokens", "128",
+            "--passkey-trials", "0", "--out", str(out)]
+    cell = out / "cells" / "loss-licenses-rope-T128.json"
+    assert main(argv) == 0
+    f32 = json.loads(cell.read_text())
+    assert f32["settings"]["model"] == _model_id(folder) == _model_id(folder, "float32", "dequantised")
+    capsys.readouterr()
+    assert main(argv + ["--dtype", "bfloat16"]) == 0
+    assert "done earlier, kept" not in capsys.readouterr().out
+    bf16 = json.loads(cell.read_text())
+    assert bf16["settings"]["model"] == _model_id(folder, "bfloat16") != f32["settings"]["model"]
+    assert bf16["settings"]["model"].endswith("; bfloat16")
+    assert bf16["mean_nll"] != f32["mean_nll"]  # computed again, in bfloat16
+    assert main(argv + ["--dtype", "bfloat16"]) == 0
+    assert "done earlier, kept" in capsys.readouterr().out
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"0")
+    assert _model_id(gguf, "float32", "as-stored") == _model_id(gguf)
+    assert _model_id(gguf, "float32", "dequantised").endswith("; dequantised weights")
+    assert _model_id(gguf, "bfloat16", "dequantised").endswith("; bfloat16, dequantised weights")

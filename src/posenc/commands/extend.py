@@ -166,9 +166,17 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def _model_id(path: Path) -> str:
+def _model_id(path: Path, dtype: str = "float32", weights: str | None = None) -> str:
+    """The model a saved cell was made with: the file (path and size) and, when they are not the defaults
+    (float32; the file's own default weights, as-stored for GGUF), the dtype and the weights — a bfloat16 or
+    dequantised cell is not reused for a float32 or as-stored run, and cells saved before these were named
+    stay valid for the defaults."""
     files = [path] if path.is_file() else sorted(path.glob("*"))
-    return f"{path.resolve()} ({sum(f.stat().st_size for f in files if f.is_file())} bytes)"
+    out = f"{path.resolve()} ({sum(f.stat().st_size for f in files if f.is_file())} bytes)"
+    default = "as-stored" if path.suffix == ".gguf" else "dequantised"
+    extra = ([dtype] if dtype != "float32" else []) + (
+        [f"{weights} weights"] if weights is not None and weights != default else [])
+    return out + (f"; {', '.join(extra)}" if extra else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -231,7 +239,7 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
         f"passkey at {list(cfg.passkey_lengths)} × {cfg.passkey_trials} trials; L0 = {cfg.original_max_len}; "
         f"writing to {out or 'nowhere (--out -)'}")
     store = CellStore(out)
-    grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=_model_id(path), builder=build_llama,
+    grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=_model_id(path, args.dtype or "float32", args.weights), builder=build_llama,
                 progress=not args.quiet, log=log)
     cells = grid.run()
     meta["wall_seconds_this_invocation"] = round(time.perf_counter() - began, 1)

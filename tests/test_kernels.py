@@ -267,3 +267,35 @@ def test_rms_norm_equals_the_reference(gen: torch.Generator) -> None:
     torch.testing.assert_close(module.rms_norm(x, w, 1e-6), ref, rtol=4 * 2**-23, atol=1e-7)
     with pytest.raises(RuntimeError, match="weight"):
         module.rms_norm(x, w[:-1].contiguous() if d > 1 else torch.ones(2), 1e-6)
+
+
+@needs_kernel
+def test_bfloat16_rows_go_to_the_matrix_units_only_where_the_cpu_has_them(monkeypatch, gen: torch.Generator) -> None:
+    """With AMX, bfloat16 inputs of AMX_BF16_BLAS_ROWS rows or more multiply the re-decoded weight cast to
+    bfloat16 (bit-equal to F.linear on it), fewer go to the kernel; float32 inputs and CPUs without AMX keep
+    the kernel up to blas_rows."""
+    from posenc.models import quant
+
+    w = torch.randn(40, 128, generator=gen)
+    gq = quantise_groups(w)
+    layer = QuantLinear.from_groups(gq)
+    rows = quant.AMX_BF16_BLAS_ROWS
+    assert rows < layer.blas_rows or layer.blas_rows == rows  # the AMX route only ever lowers the threshold
+    many = torch.randn(rows, 128, generator=gen).bfloat16()
+    few = many[: rows - 1]
+    on_units = F.linear(many, gq.dequantize().bfloat16())
+    kernel_f32 = lambda x: layer._matvec(x.float().contiguous(), layer.qweight, layer.qscales, layer.bits,  # noqa: E731
+                                         None)
+    on_kernel = lambda x: kernel_f32(x).bfloat16()  # noqa: E731
+    monkeypatch.setattr(quant, "AMX_BF16", True)
+    assert torch.equal(layer(many), on_units)
+    assert torch.equal(layer(few), on_kernel(few))
+    if rows < layer.blas_rows:  # float32 inputs: the kernel, as before
+        assert torch.equal(layer(many.float()), kernel_f32(many))
+    monkeypatch.setattr(quant, "AMX_BF16", False)
+    if rows < layer.blas_rows:
+        assert torch.equal(layer(many), on_kernel(many))
+        assert not torch.equal(on_kernel(many), on_units)  # the two routes differ: the test can tell them apart
+    exact = F.linear(many.double(), gq.dequantize().double())
+    for got in (on_units, on_kernel(many)):  # both close to the float64 product
+        torch.testing.assert_close(got.double(), exact, rtol=0.05, atol=0.05 * float(exact.abs().max()))

@@ -12,7 +12,8 @@ bfloat16 activations against float32 per 512-token bucket of one long pass.
 Frameworks: ``posenc`` (``load_pretrained(gguf)``: as stored, int4 kernel),
 ``posenc-f32`` (``weights="dequantised"``), ``posenc-bf16`` (dequantised, bfloat16 weights and
 activations: the long-context path of ``extend --dtype bfloat16``, on the CPU's bf16 matrix units where it
-has them; opt-in), ``hf`` (``LlamaForCausalLM`` on the
+has them; opt-in), ``posenc-as-stored-bf16`` (as stored, bfloat16 activations: few rows on the kernel, many
+on the matrix units from ``AMX_BF16_BLAS_ROWS`` rows where the CPU has AMX; opt-in), ``hf`` (``LlamaForCausalLM`` on the
 GGUF dequantised into a folder by ``bench.prepare``, sdpa), ``llama.cpp``
 (``llama-cpp-python`` on the same GGUF, when importable — a benchmark-only
 dependency; build it with ``setup_llamacpp.sh``; skipped with the reason
@@ -48,7 +49,8 @@ def peak_mib() -> float:
             return int(line.split()[1]) / 1024
     return float("nan")
 
-FRAMEWORKS = ("posenc", "posenc-f32", "hf", "llama.cpp", "llama.cpp-fa", "posenc-compiled", "posenc-bf16")
+FRAMEWORKS = ("posenc", "posenc-f32", "hf", "llama.cpp", "llama.cpp-fa", "posenc-compiled", "posenc-bf16",
+              "posenc-as-stored-bf16")
 #: Frameworks the default run times (posenc-compiled is opt-in: its compile takes minutes on 2 cores;
 #: posenc-bf16 too: it answers the long-pass question, not the as-stored one).
 DEFAULT_FRAMEWORKS = FRAMEWORKS[:5]
@@ -116,7 +118,8 @@ class Model:
                 dtype = "bfloat16" if framework == "posenc-bf16" else "float32"
                 self.model = load_pretrained(path, weights="dequantised", dtype=dtype).model
             else:
-                self.model = load_pretrained(path).model
+                dtype = "bfloat16" if framework == "posenc-as-stored-bf16" else "float32"
+                self.model = load_pretrained(path, dtype=dtype).model
             if framework == "posenc-compiled":  # the decoding step under torch.compile: decode only
                 m = self.model
                 self._compiled = torch.compile(lambda t, cache: m.logits(m.hidden(t, cache=cache)[:, -1]),
@@ -423,14 +426,14 @@ def render(result: dict[str, Any]) -> str:
               "decode_64": "decode 64 after 128, tok/s", "score_s": "scoring pass, s", "score_nll": "scoring NLL",
               "compile_s": "compile + 4 tokens, s"}
     mine = "posenc" if "posenc" in fw else "posenc-f32"
-    bf16 = ["posenc-bf16"] if "posenc-bf16" in fw and mine != "posenc-bf16" else []
+    bf16 = [f for f in ("posenc-bf16", "posenc-as-stored-bf16") if f in fw and f != mine]
     others = [o for o in ("llama.cpp", "llama.cpp-fa") if o in fw]
     for sp in result["speed"]:
         med = sp["medians"]
         lines += [f"## {sp['threads']} thread(s), {sp['rounds']} rounds (medians), scoring pass "
                   f"{sp['score_tokens']} tokens", "",
                   "| figure | " + " | ".join(fw) + f" | {mine} ÷ llama.cpp | {mine} ÷ llama.cpp-fa | {mine} ÷ hf |"
-                  + "".join(f" posenc-bf16 ÷ {o} |" for o in others if bf16),
+                  + "".join(f" {b} ÷ {o} |" for b in bf16 for o in others),
                   "|---|" + "---:|" * (len(fw) + 3 + len(others) * len(bf16))]
         for key, label in labels.items():
             if not any(key in med[f] for f in fw):

@@ -6,8 +6,11 @@ QuantLinear sends inputs of fewer than its ``blas_rows`` rows to its kernel — 
 weight re-decoded from the stored blocks; this prints both times (median of repeats, ms) for SmolLM2's
 shapes, to choose that threshold. Usage::
 
-    PYTHONPATH=src python benchmarks/realmodels/kernel_rows.py THREADS ROWS[,ROWS...]
+    PYTHONPATH=src python benchmarks/realmodels/kernel_rows.py THREADS ROWS[,ROWS...] [bfloat16]
     POSENC_KERNELS=0 PYTHONPATH=src python benchmarks/realmodels/kernel_rows.py ...   # PyTorch's int4 kernel
+
+With ``bfloat16`` the inputs are bfloat16 and BLAS multiplies the weight cast to bfloat16 (on a CPU with AMX
+tiles, the route ``QuantLinear`` takes from ``AMX_BF16_BLAS_ROWS`` rows).
 
 (``as-stored/int4-rows.txt`` was recorded by this script's earlier form, ``int4_rows.py``, int4 kernel only.)
 """
@@ -20,10 +23,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 from bench import gguf_path  # noqa: E402
+from posenc.models import quant  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 
 torch.set_num_threads(int(sys.argv[1]))
 ROWS = [int(r) for r in sys.argv[2].split(",")]
+DTYPE = getattr(torch, sys.argv[3]) if len(sys.argv) > 3 else torch.float32
 m = load_pretrained(gguf_path()).model
 layers = {"gate 1536x576": m.layers[0].ffn.gate_proj, "down 576x1536": m.layers[0].ffn.down_proj,
           "q 576x576": m.layers[0].attn.q_proj, "head 49152x576 (Q8_0)": m.head}
@@ -32,10 +37,10 @@ print(f"{'matrix':24} {'rows':>5} {'kernel ms':>10} {'BLAS ms':>9} {'BLAS/kernel
 with torch.no_grad():
     for name, lin in layers.items():
         for rows in ROWS:
-            x = torch.randn(1, rows, lin.in_features)
+            x = torch.randn(1, rows, lin.in_features, dtype=DTYPE)
             res = {}
             for mode, threshold in (("kernel", 10**9), ("blas", 1)):
-                lin.blas_rows = threshold
+                lin.blas_rows, quant.AMX_BF16 = threshold, mode == "blas"
                 lin(x)
                 ts = []
                 for _ in range(5 if "head" in name else 15):

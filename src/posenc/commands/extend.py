@@ -239,7 +239,8 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
         f"passkey at {list(cfg.passkey_lengths)} × {cfg.passkey_trials} trials; L0 = {cfg.original_max_len}; "
         f"writing to {out or 'nowhere (--out -)'}")
     store = CellStore(out)
-    grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=_model_id(path, args.dtype or "float32", args.weights), builder=build_llama,
+    model_id = _model_id(path, args.dtype or "float32", args.weights)
+    grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=model_id, builder=build_llama,
                 progress=not args.quiet, log=log)
     cells = grid.run()
     meta["wall_seconds_this_invocation"] = round(time.perf_counter() - began, 1)

@@ -297,3 +297,25 @@ def test_bfloat16_rows_go_to_the_matrix_units_only_where_the_cpu_has_them(monkey
     exact = F.linear(many.double(), gq.dequantize().double())
     for got in (on_units, on_kernel(many)):  # both close to the float64 product
         torch.testing.assert_close(got.double(), exact, rtol=0.05, atol=0.05 * float(exact.abs().max()))
+
+
+@needs_kernel
+def test_a_loss_head_over_chunks_is_routed_as_its_whole_pass(gen: torch.Generator) -> None:
+    """The extension loss hands a stored head its pass in chunks: with pass_rows at or past the threshold every
+    chunk multiplies the exact weight (equal to the float reference, as the body's layers did), below it the
+    kernel — the same as calling the head on the chunk."""
+    from posenc.extend.loss import _chunked_nll
+
+    gq = quantise_groups(torch.randn(50, 64, generator=gen))
+    head = QuantLinear.from_groups(gq)
+    head.blas_rows = 16
+    hidden, targets = torch.randn(20, 64, generator=gen), torch.randint(0, 50, (20,), generator=gen)
+    exact = F.cross_entropy(F.linear(hidden.double(), gq.dequantize().double()), targets, reduction="none")
+    long_pass = _chunked_nll(head, hidden, targets, 4, pass_rows=21)
+    torch.testing.assert_close(long_pass.double(), exact, rtol=1e-6, atol=1e-6)
+    short_pass = _chunked_nll(head, hidden, targets, 4, pass_rows=10)
+    by_chunk = torch.cat([F.cross_entropy(head(hidden[s:s + 4]), targets[s:s + 4], reduction="none")
+                          for s in range(0, 20, 4)])
+    assert torch.equal(short_pass, by_chunk)
+    assert not torch.allclose(short_pass.double(), exact, rtol=1e-6, atol=1e-6)  # the routes differ
+    assert torch.equal(head(hidden[:4], pass_rows=21), head._exact_product(hidden[:4]))

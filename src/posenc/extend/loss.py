@@ -28,11 +28,18 @@ from torch import Tensor, nn
 from posenc.extend.forward import final_hidden
 
 
-def _chunked_nll(head: nn.Module, hidden: Tensor, targets: Tensor, chunk: int) -> Tensor:
-    """hidden (T, D), targets (T,) → −log p(target) (T,) float32, ``chunk`` rows of logits at a time."""
+def _chunked_nll(head: nn.Module, hidden: Tensor, targets: Tensor, chunk: int, pass_rows: int) -> Tensor:
+    """hidden (T, D), targets (T,) → −log p(target) (T,) float32, ``chunk`` rows of logits at a time.
+
+    A head held as stored (``QuantLinear``) multiplies every chunk as the body's layers multiplied the
+    ``pass_rows`` rows of the same forward pass — through the exact weight once they reach its threshold — not
+    by the chunk's size."""
+    from posenc.models.quant import QuantLinear
+
+    routed = {"pass_rows": pass_rows} if isinstance(head, QuantLinear) else {}
     out = []
     for start in range(0, hidden.shape[0], chunk):
-        logits = head(hidden[start:start + chunk]).float()  # (c, V)
+        logits = head(hidden[start:start + chunk], **routed).float()  # (c, V)
         out.append(F.cross_entropy(logits, targets[start:start + chunk], reduction="none"))
     return torch.cat(out)
 
@@ -64,14 +71,14 @@ def token_nll(model: nn.Module, ids: Sequence[int] | Tensor, *, chunk: int = 102
         hidden = final_hidden(model, ids[None])[0]  # (T, D)
         if progress is not None:
             progress.update(ids.numel())
-        return _chunked_nll(model.head, hidden[:-1], ids[1:], chunk)
+        return _chunked_nll(model.head, hidden[:-1], ids[1:], chunk, pass_rows=hidden.shape[0])
     cache = model.new_cache()
     parts = []
     for start in range(0, ids.numel(), window):
         piece = ids[start:start + window]
         hidden = final_hidden(model, piece[None], cache=cache)[0]  # (w, D)
         targets = ids[start + 1:start + 1 + piece.numel()]  # the last window has one target fewer
-        parts.append(_chunked_nll(model.head, hidden[:targets.numel()], targets, chunk))
+        parts.append(_chunked_nll(model.head, hidden[:targets.numel()], targets, chunk, pass_rows=piece.numel()))
         if progress is not None:
             progress.update(piece.numel())
     return torch.cat(parts)

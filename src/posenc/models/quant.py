@@ -39,7 +39,9 @@ measured, not assumed (``benchmarks/realmodels``, ``posenc generate
 --weights`` prints it). Long inputs (at least :attr:`QuantLinear.blas_rows`
 rows: prefill, scoring) instead multiply by the exact float32 weight,
 re-decoded for the call from the stored blocks, through the BLAS matmul —
-faster there, and exact. Inputs in bfloat16 on a CPU with AMX tiles do so from
+faster there, and exact. A head given a long pass in chunks (the extension loss, ``perplexity``) is routed
+by the pass's rows (``forward(x, pass_rows=T)``), so its logits are as exact as the body's. Inputs in
+bfloat16 on a CPU with AMX tiles go to BLAS from
 :data:`AMX_BF16_BLAS_ROWS` rows, the weight cast to bfloat16 (the CPU's matrix
 units; their activations are rounded to 8 bits of mantissa already).
 
@@ -372,18 +374,21 @@ class QuantLinear(nn.Module):
         """(N, K) float32 exactly as stored (GGUF: equal to ``read_gguf``'s tensor), or None if not kept."""
         return None if self._exact is None else self._exact().dequantize()
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, *, pass_rows: int | None = None) -> Tensor:
+        """(…, K) → (…, N). ``pass_rows``: the rows of a whole pass that ``x`` is one chunk of (a loss's head
+        over a long pass): the chunk is routed as that pass would be — kernel or exact weight — not by its size."""
         blas_rows = self.blas_rows
         if x.dtype == torch.bfloat16 and AMX_BF16 and self._exact is not None:
             blas_rows = min(blas_rows, AMX_BF16_BLAS_ROWS)  # bfloat16 on the CPU's matrix units
-        if self.kernel == "posenc" and x.numel() < blas_rows * self.in_features:  # few rows: one call
+        n = x.numel() // self.in_features if pass_rows is None else pass_rows
+        if self.kernel == "posenc" and n < blas_rows:  # few rows: one call
             b = self._buffers
             if x.dtype == torch.float32 and x.is_contiguous() and (self.bias is None or self.bias.dtype == x.dtype):
                 return self._matvec(x, b["qweight"], b["qscales"], self.bits, self.bias)
             bias = None if self.bias is None else self.bias.float()
             return self._matvec(x.float().contiguous(), b["qweight"], b["qscales"], self.bits, bias).to(x.dtype)
         rows = x.reshape(-1, self.in_features)  # (M, K)
-        if self._exact is not None and rows.shape[0] >= blas_rows:
+        if self._exact is not None and n >= blas_rows:
             out = self._exact_product(rows)  # long inputs: BLAS on the exact weight
         else:
             xk = rows.to(KERNEL_DTYPE)

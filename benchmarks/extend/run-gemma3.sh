@@ -3,7 +3,7 @@
 # licence texts are ≈ 30k Gemma tokens, too short), factor 2, each method changing the global layers only (the
 # family's own choice; the 15 sliding-window layers keep their RoPE). CPU, 1 torch thread, nice 10; every cell is
 # saved as it finishes, rerun to continue. DTYPE=bfloat16 (the default; weights dequantised: ≈ 4 min a pass on
-# a CPU with AMX, +0.00035 nats per token against float32) or DTYPE=float32 (weights as stored: ≈ 18–23 min).
+# a CPU with AMX, +0.0007 nats per token against float32) or DTYPE=float32 (weights as stored: ≈ 9 min there).
 # Two processes at once need one OUT each (a folder in use is refused):
 #   OUT=/tmp/g3-a METHODS=rope,rope-ntk,self-extend sh benchmarks/extend/run-gemma3.sh &
 #   OUT=/tmp/g3-b METHODS=rope-yarn,rope-linear,string sh benchmarks/extend/run-gemma3.sh &

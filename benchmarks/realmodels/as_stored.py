@@ -114,12 +114,9 @@ class Model:
         if framework.startswith("posenc"):
             from posenc.pretrained import load_pretrained
 
-            if framework in ("posenc-f32", "posenc-bf16"):
-                dtype = "bfloat16" if framework == "posenc-bf16" else "float32"
-                self.model = load_pretrained(path, weights="dequantised", dtype=dtype).model
-            else:
-                dtype = "bfloat16" if framework == "posenc-as-stored-bf16" else "float32"
-                self.model = load_pretrained(path, dtype=dtype).model
+            weights = "dequantised" if framework in ("posenc-f32", "posenc-bf16") else None  # None: as stored
+            dtype = "bfloat16" if framework.endswith("-bf16") else "float32"
+            self.model = load_pretrained(path, weights=weights, dtype=dtype).model
             if framework == "posenc-compiled":  # the decoding step under torch.compile: decode only
                 m = self.model
                 self._compiled = torch.compile(lambda t, cache: m.logits(m.hidden(t, cache=cache)[:, -1]),

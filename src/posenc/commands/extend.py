@@ -172,8 +172,10 @@ def _model_id(path: Path, dtype: str = "float32", weights: str | None = None) ->
     dequantised cell is not reused for a float32 or as-stored run, and cells saved before these were named
     stay valid for the defaults."""
     files = [path] if path.is_file() else sorted(path.glob("*"))
+    from posenc.pretrained.as_stored import check_weights
+
     out = f"{path.resolve()} ({sum(f.stat().st_size for f in files if f.is_file())} bytes)"
-    default = "as-stored" if path.suffix == ".gguf" else "dequantised"
+    default = check_weights(None, gguf=path.is_file() and path.suffix.lower() == ".gguf", device="cpu")
     extra = ([dtype] if dtype != "float32" else []) + (
         [f"{weights} weights"] if weights is not None and weights != default else [])
     return out + (f"; {', '.join(extra)}" if extra else "")

@@ -56,15 +56,14 @@ def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool
     import torch.nn.functional as F
     from tqdm import tqdm
 
-    from posenc.models.quant import QuantLinear
+    from posenc.models.quant import chunk_of_pass
 
     total, count = 0.0, 0
-    stored_head = isinstance(model.head, QuantLinear)  # held as stored: route it as the window's body was routed
     with torch.inference_mode():
         for start, end, scored in tqdm(plan, desc="windows", unit="window", disable=quiet):
             window = ids[None, start:end]  # (1, T)
             h = model.hidden(window)[:, -scored - 1:-1]  # (1, scored, D): the positions that predict scored tokens
-            logits = (model.head(h, pass_rows=end - start) if stored_head else model.head(h)).float()  # (1, scored, V)
+            logits = chunk_of_pass(model.head, h, end - start).float()  # (1, scored, V): routed as the window
             targets = window[:, -scored:]
             losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").double()  # (scored,)
             total += float(losses.sum())

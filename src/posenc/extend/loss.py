@@ -34,12 +34,11 @@ def _chunked_nll(head: nn.Module, hidden: Tensor, targets: Tensor, chunk: int, p
     A head held as stored (``QuantLinear``) multiplies every chunk as the body's layers multiplied the
     ``pass_rows`` rows of the same forward pass — through the exact weight once they reach its threshold — not
     by the chunk's size."""
-    from posenc.models.quant import QuantLinear
+    from posenc.models.quant import chunk_of_pass
 
-    routed = {"pass_rows": pass_rows} if isinstance(head, QuantLinear) else {}
     out = []
     for start in range(0, hidden.shape[0], chunk):
-        logits = head(hidden[start:start + chunk], **routed).float()  # (c, V)
+        logits = chunk_of_pass(head, hidden[start:start + chunk], pass_rows).float()  # (c, V)
         out.append(F.cross_entropy(logits, targets[start:start + chunk], reduction="none"))
     return torch.cat(out)
 

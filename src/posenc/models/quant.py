@@ -103,6 +103,12 @@ def _has_amx() -> bool:
 AMX_BF16 = _has_amx()
 
 
+def chunk_of_pass(module: nn.Module, x: Tensor, pass_rows: int) -> Tensor:
+    """``module(x)`` for ``x`` one chunk of a pass of ``pass_rows`` rows (a loss's head over a long pass): a
+    :class:`QuantLinear` routes the chunk as it would the whole pass; any other module just runs on it."""
+    return module(x, pass_rows=pass_rows) if isinstance(module, QuantLinear) else module(x)
+
+
 def kernel_blas_rows() -> int:
     """The input rows from which posenc's kernel hands a product to BLAS here (its path's measured crossover)."""
     module = kernels.loaded()

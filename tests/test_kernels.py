@@ -272,8 +272,9 @@ def test_rms_norm_equals_the_reference(gen: torch.Generator) -> None:
 @needs_kernel
 def test_bfloat16_rows_go_to_the_matrix_units_only_where_the_cpu_has_them(monkeypatch, gen: torch.Generator) -> None:
     """With AMX, bfloat16 inputs of AMX_BF16_BLAS_ROWS rows or more multiply the re-decoded weight cast to
-    bfloat16 (bit-equal to F.linear on it), fewer go to the kernel; float32 inputs and CPUs without AMX keep
-    the kernel up to blas_rows."""
+    bfloat16 (bit-equal to F.linear on it), fewer go to the kernel; float32 inputs in the kernel's band do the
+    same, their output back in float32 (unless AMX_FLOAT32_BAND is off); CPUs without AMX keep the kernel up to
+    blas_rows, and past it every input multiplies the exact float32 weight."""
     from posenc.models import quant
 
     w = torch.randn(40, 128, generator=gen)
@@ -290,8 +291,17 @@ def test_bfloat16_rows_go_to_the_matrix_units_only_where_the_cpu_has_them(monkey
     monkeypatch.setattr(quant, "AMX_BF16", True)
     assert torch.equal(layer(many), on_units)
     assert torch.equal(layer(few), on_kernel(few))
-    assert torch.equal(layer(many.float()), kernel_f32(many))  # float32 inputs: the kernel, as before
+    monkeypatch.setattr(quant, "AMX_FLOAT32_BAND", True)
+    assert layer(many.float()).dtype == torch.float32 and torch.equal(layer(many.float()), on_units.float())
+    assert torch.equal(layer(few.float()), kernel_f32(few))
+    layer.blas_rows = rows  # past the band: float32 inputs multiply the exact float32 weight
+    assert torch.equal(layer(many.float()), F.linear(many.float(), gq.dequantize()))
+    layer.blas_rows = 4096
+    monkeypatch.setattr(quant, "AMX_FLOAT32_BAND", False)
+    assert torch.equal(layer(many.float()), kernel_f32(many))  # the band switched off: the kernel
+    monkeypatch.setattr(quant, "AMX_FLOAT32_BAND", True)
     monkeypatch.setattr(quant, "AMX_BF16", False)
+    assert torch.equal(layer(many.float()), kernel_f32(many))
     assert torch.equal(layer(many), on_kernel(many))
     assert not torch.equal(on_kernel(many), on_units)  # the two routes differ: the test can tell them apart
     exact = F.linear(many.double(), gq.dequantize().double())
@@ -312,10 +322,10 @@ def test_a_loss_head_over_chunks_is_routed_as_its_whole_pass(gen: torch.Generato
     hidden, targets = torch.randn(20, 64, generator=gen), torch.randint(0, 50, (20,), generator=gen)
     exact = F.cross_entropy(F.linear(hidden.double(), gq.dequantize().double()), targets, reduction="none")
     long_pass = _chunked_nll(head, hidden, targets, 4, pass_rows=21)
-    torch.testing.assert_close(long_pass.double(), exact, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(long_pass.double(), exact, rtol=1e-5, atol=1e-5)  # float32 sums vs float64
     short_pass = _chunked_nll(head, hidden, targets, 4, pass_rows=10)
     by_chunk = torch.cat([F.cross_entropy(head(hidden[s:s + 4]), targets[s:s + 4], reduction="none")
                           for s in range(0, 20, 4)])
     assert torch.equal(short_pass, by_chunk)
-    assert not torch.allclose(short_pass.double(), exact, rtol=1e-6, atol=1e-6)  # the routes differ
+    assert not torch.allclose(short_pass.double(), exact, rtol=1e-5, atol=1e-5)  # the routes differ
     assert torch.equal(head(hidden[:4], pass_rows=21), head._exact_product(hidden[:4]))

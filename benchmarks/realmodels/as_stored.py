@@ -320,16 +320,17 @@ def accuracy(threads: int, long_tokens: int, work: Path = Path("/tmp/posenc-real
 
     torch.set_num_threads(threads)
     ids = torch.tensor([text_ids(max(2048, long_tokens), work)])
+    from posenc.models import quant as quant_mod
     from posenc.models.quant import QuantLinear
 
     path = model_gguf(work)
     stored, ref = load_pretrained(path), load_pretrained(path, weights="dequantised")
     quant = [m for m in stored.model.modules() if isinstance(m, QuantLinear)]
-    chunk = 64  # below every layer's blas_rows: each chunk runs on the decoding kernel, not on exact weights
-    assert quant and all(chunk < m.blas_rows for m in quant)
+    chunk = 32  # below every layer's blas_rows and the AMX band: each chunk runs on the decoding kernel
+    assert quant and all(chunk < min(m.blas_rows, quant_mod.AMX_BF16_BLAS_ROWS) for m in quant)
     with torch.no_grad():
         # the as-stored logits through the decoding kernel: chunks of a few rows with the KV cache (a whole
-        # 2,048-token forward would multiply by the exact float32 weights instead)
+        # 2,048-token prompt takes the band below: the matrix units in bfloat16 on AMX, else the kernel too)
         cache, parts = stored.model.new_cache(), []
         for s in range(0, 2048, chunk):
             parts.append(stored.model(ids[:, s : s + chunk], cache=cache))
@@ -341,6 +342,14 @@ def accuracy(threads: int, long_tokens: int, work: Path = Path("/tmp/posenc-real
                                                 "top1_agreement": float((a.argmax(-1) == b.argmax(-1)).float().mean()),
                                                 "nll_as_stored": float(nll(a, ids[:, :2048]).mean()),
                                                 "nll_f32": float(nll(b, ids[:, :2048]).mean())}}
+    # the same 2,048 tokens as one prompt: the band between the kernel's few rows and the exact weight's many
+    # (a prefill), on the CPU's matrix units in bfloat16 where it has AMX, else on the kernel
+    with torch.no_grad():
+        c = stored.model(ids[:, :2048])
+    out["one_prompt"] = {"route": "bfloat16 on AMX" if quant_mod.AMX_BF16 and quant_mod.AMX_FLOAT32_BAND else "kernel",
+                         "max_abs_dlogit": float((c - b).abs().max()),
+                         "top1_agreement": float((c.argmax(-1) == b.argmax(-1)).float().mean()),
+                         "nll_as_stored": float(nll(c, ids[:, :2048]).mean())}
     out["one_token_steps"] = one_token_steps(stored.model, ids[:, :STEP_TOKENS], b[:, :STEP_TOKENS])
     del a, b, stored
     bf16 = load_pretrained(path, weights="dequantised", dtype="bfloat16")

@@ -10,7 +10,9 @@ shapes, to choose that threshold. Usage::
     POSENC_KERNELS=0 PYTHONPATH=src python benchmarks/realmodels/kernel_rows.py ...   # PyTorch's int4 kernel
 
 With ``bfloat16`` the inputs are bfloat16 and BLAS multiplies the weight cast to bfloat16 (on a CPU with AMX
-tiles, the route ``QuantLinear`` takes from ``AMX_BF16_BLAS_ROWS`` rows).
+tiles, the route ``QuantLinear`` takes from ``AMX_BF16_BLAS_ROWS`` rows). With float32 inputs on such a CPU a
+third column times the bfloat16 band (``AMX_FLOAT32_BAND``: the input and the weight rounded to bfloat16, the
+output back in float32) at every row count.
 
 (``as-stored/int4-rows.txt`` was recorded by this script's earlier form, ``int4_rows.py``, int4 kernel only.)
 """
@@ -33,14 +35,17 @@ m = load_pretrained(gguf_path()).model
 layers = {"gate 1536x576": m.layers[0].ffn.gate_proj, "down 576x1536": m.layers[0].ffn.down_proj,
           "q 576x576": m.layers[0].attn.q_proj, "head 49152x576 (Q8_0)": m.head}
 print(f"kernel: {m.head.describe_kernel()}")
-print(f"{'matrix':24} {'rows':>5} {'kernel ms':>10} {'BLAS ms':>9} {'BLAS/kernel':>12}")
+AMX = DTYPE == torch.float32 and quant.AMX_BF16  # float32 inputs may also take the bfloat16 band (AMX_FLOAT32_BAND)
+print(f"{'matrix':24} {'rows':>5} {'kernel ms':>10} {'BLAS ms':>9} {'BLAS/kernel':>12}"
+      + (f" {'AMX bf16 ms':>12} {'AMX/kernel':>11}" if AMX else ""))
 with torch.no_grad():
     for name, lin in layers.items():
         for rows in ROWS:
             x = torch.randn(1, rows, lin.in_features, dtype=DTYPE)
             res = {}
-            for mode, threshold in (("kernel", 10**9), ("blas", 1)):
-                lin.blas_rows, quant.AMX_BF16 = threshold, mode == "blas"
+            for mode, threshold in (("kernel", 10**9), ("blas", 1)) + ((("amx", 10**9),) if AMX else ()):
+                lin.blas_rows, quant.AMX_BF16 = threshold, mode == "blas" or mode == "amx"
+                quant.AMX_FLOAT32_BAND, quant.AMX_BF16_BLAS_ROWS = mode == "amx", 1 if mode == "amx" else 256
                 lin(x)
                 ts = []
                 for _ in range(5 if "head" in name else 15):
@@ -48,4 +53,5 @@ with torch.no_grad():
                     lin(x)
                     ts.append(time.perf_counter() - b)
                 res[mode] = statistics.median(ts) * 1e3
-            print(f"{name:24} {rows:>5} {res['kernel']:>10.3f} {res['blas']:>9.3f} {res['blas'] / res['kernel']:>11.2f}×")
+            print(f"{name:24} {rows:>5} {res['kernel']:>10.3f} {res['blas']:>9.3f} {res['blas'] / res['kernel']:>11.2f}×"
+                  + (f" {res['amx']:>12.3f} {res['amx'] / res['kernel']:>10.2f}×" if AMX else ""))

@@ -38,6 +38,8 @@ def test_every_matrix_re_decodes_to_the_dequantised_tensor(models) -> None:
     for name, module in stored.model.named_modules():
         if type(module).__name__ == "QuantLinear":
             assert torch.equal(module.exact_weight(), mods[name].weight), name  # bit for bit
+            # what a long product multiplies: the kernel layout decoded by the compiled kernels.dequantise
+            assert torch.equal(module._exact_rows(torch.float32)(0, module.out_features), mods[name].weight), name
 
 
 def test_logits_within_the_activation_rounding(models) -> None:

@@ -60,6 +60,23 @@ def test_groups_dequantise_to_read_gguf_exactly(tmp_path: Path, kind: str, seed:
     assert torch.equal(gq.dequantize(), ref)  # bit for bit
 
 
+@pytest.mark.skipif(kernels.load() is None, reason=f"posenc's kernel is not built here: {kernels.status()}")
+@pytest.mark.parametrize("kind", sorted(GROUP_TYPES) + sorted(GROUP16_TYPES))
+def test_the_kernel_layout_dequantises_to_read_gguf_exactly(tmp_path: Path, kind: str, seed: int) -> None:
+    """A stored matrix as posenc's kernel holds it, decoded back by the compiled ``kernels.dequantise`` (the
+    weight of every long product): ``read_gguf``'s float32 tensor bit for bit, any row range, and its bfloat16
+    rounding."""
+    gq, ref = stored_groups(tmp_path, kind, seed, rows=37)
+    layer = QuantLinear.from_groups(gq, kernel="posenc")
+    start, stop = sorted(int(v) for v in torch.randint(0, 38, (2,)))
+    got = kernels.dequantise(layer.qweight, layer.qscales, layer.bits, start, stop)
+    assert got.dtype == torch.float32 and torch.equal(got, ref[start:stop])
+    whole = kernels.dequantise(layer.qweight, layer.qscales, layer.bits, 0, 37, torch.bfloat16)
+    assert torch.equal(whole, ref.bfloat16())
+    with pytest.raises(RuntimeError, match=r"rows \[30, 40\) outside the weight's 37 rows"):
+        kernels.dequantise(layer.qweight, layer.qscales, layer.bits, 30, 40)
+
+
 @pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q5_0", "Q8_0"])
 def test_groups_of_quantised_floats_exact(tmp_path: Path, kind: str, gen: torch.Generator) -> None:
     """Blocks written by gguf's own quantiser (realistic scales), not only random bytes."""
@@ -107,13 +124,17 @@ def test_a_tall_weight_is_re_decoded_in_blocks(tmp_path: Path, seed: int, gen: t
     gq, exact = stored_groups(tmp_path, "Q4_K", seed)  # 32 rows
     monkeypatch.setattr(quant, "EXACT_ROWS", 5)  # blocks of 5: six whole, one of 2
     decoded = []
-    real = GroupQuant.dequantize
+    real, real_kernel = GroupQuant.dequantize, kernels.dequantise
     monkeypatch.setattr(GroupQuant, "dequantize", lambda self: decoded.append(self.shape[0]) or real(self))
-    layer = QuantLinear.from_groups(gq, exact=lambda: gq, kernel="posenc")
-    x = torch.randn(layer.blas_rows + 7, gq.shape[1], generator=gen)
-    want = x.double() @ exact.double().T  # each block its own BLAS call: float32 sums in another order
-    torch.testing.assert_close(layer(x).double(), want, rtol=1e-5, atol=1e-6 * float(want.abs().max()))
-    assert decoded == [5] * 6 + [2]
+    monkeypatch.setattr(kernels, "dequantise", lambda w, s, b, start, stop, dtype=None:
+                        decoded.append(stop - start) or real_kernel(w, s, b, start, stop, dtype))
+    for kernel in ("int4", "posenc") if kernels.load() is not None else ("int4",):
+        layer = QuantLinear.from_groups(gq, exact=lambda: gq, kernel=kernel)
+        x = torch.randn(layer.blas_rows + 7, gq.shape[1], generator=gen)
+        want = x.double() @ exact.double().T  # each block its own BLAS call: float32 sums in another order
+        decoded.clear()
+        torch.testing.assert_close(layer(x).double(), want, rtol=1e-5, atol=1e-6 * float(want.abs().max()))
+        assert decoded == [5] * 6 + [2], kernel
 
 
 def test_batch_shapes_and_bias(gen: torch.Generator) -> None:

@@ -156,6 +156,17 @@ def unpack_scales(scales, bits: int):
     return pairs[..., 0], pairs[..., 1]
 
 
+def dequantise(weight, scales, bits: int, start: int, stop: int, dtype=None):
+    """Rows ``start … stop − 1`` of a weight in the kernel's layout as a float matrix, (stop − start, K) float32
+    or bfloat16 (``dtype``): ``scale · q + minimum`` rounded as :meth:`GroupQuant.dequantize` rounds it (a
+    multiply, then an add), then to bfloat16 where asked — equal to dequantising :func:`unpack` and
+    :func:`unpack_scales`, without forming them. The exact weight of a product of many rows."""
+    module = load()
+    if module is None:
+        raise RuntimeError(f"posenc's kernel is not built here: {status()}")
+    return module.dequantise(weight, scales, bits, start, stop, dtype == torch.bfloat16)
+
+
 def matvec_function():
     """The kernel's ``matvec(x (…, K) float32, weight, scales, bits, bias=None) → (…, N)``, or None where it is
     not built.

@@ -586,6 +586,75 @@ torch::Tensor matvec(const torch::Tensor& x, const torch::Tensor& weight, const 
   return out;
 }
 
+namespace {
+
+// One row of the stored weight, w = scale · q + minimum per group (two roundings: a multiply, then an add —
+// the order of GGUF's dequantisers and of GroupQuant.dequantize; no fused multiply-add, -ffp-contract=off),
+// into out as float32 or rounded to bfloat16 (nearest even, as torch's .to(bfloat16)).
+template <typename S, typename O>
+void dequantise_row(const Weight& wt, int64_t n, O* out) {
+  const int64_t K = wt.K;
+  const uint8_t* w = wt.w + n * wt.row_bytes;
+  float buf[GROUP];
+  if (wt.group16) {  // q − c stored as int8, one scale per 16, minimum = −c · scale
+    const float* sc = static_cast<const float*>(wt.sm) + n * (K / 16);
+    const float c = static_cast<float>(1 << (wt.bits - 1));
+    for (int64_t j = 0; j < K / 16; ++j) {
+      const float scale = sc[j], minimum = scale * -c;
+      for (int64_t i = 0; i < 16; ++i)
+        buf[i] = static_cast<float>(static_cast<int8_t>(w[16 * j + i]) + static_cast<int>(c)) * scale + minimum;
+      for (int64_t i = 0; i < 16; ++i) out[16 * j + i] = static_cast<O>(buf[i]);
+    }
+    return;
+  }
+  const S* sm = static_cast<const S*>(wt.sm) + n * (K / GROUP) * 2;
+  const int c = wt.bits > 4 ? 1 << (wt.bits - 1) : 0;
+  for (int64_t g = 0; g < K / GROUP; ++g) {
+    const float scale = as_float(sm[2 * g]), minimum = as_float(sm[2 * g + 1]);
+    if (wt.bits <= 4) {
+      const uint8_t* b = w + g * (GROUP / 2);
+      for (int64_t i = 0; i < GROUP / 2; ++i) {
+        buf[i] = static_cast<float>(b[i] & 15) * scale + minimum;
+        buf[i + GROUP / 2] = static_cast<float>(b[i] >> 4) * scale + minimum;
+      }
+    } else {
+      const int8_t* b = reinterpret_cast<const int8_t*>(w) + g * GROUP;
+      for (int64_t i = 0; i < GROUP; ++i) buf[i] = static_cast<float>(b[i] + c) * scale + minimum;
+    }
+    for (int64_t i = 0; i < GROUP; ++i) out[g * GROUP + i] = static_cast<O>(buf[i]);
+  }
+}
+
+template <typename O>
+void dequantise_rows(const Weight& wt, int64_t n0, int64_t n1, O* out) {
+  at::parallel_for(n0, n1, std::max<int64_t>(16, TASK_BYTES / (4 * wt.K)), [&](int64_t a, int64_t b) {
+    for (int64_t n = a; n < b; ++n) {
+      if (wt.group16 || !wt.half)
+        dequantise_row<float>(wt, n, out + (n - n0) * wt.K);
+      else
+        dequantise_row<uint16_t>(wt, n, out + (n - n0) * wt.K);
+    }
+  });
+}
+
+}  // namespace
+
+// Rows [n0, n1) of the stored weight as a float matrix: (n1 − n0, K) float32, or bfloat16 when bf16 — the
+// exact weight for a product of many rows (BLAS), without forming the integers and scales as tensors first.
+torch::Tensor dequantise(const torch::Tensor& weight, const torch::Tensor& scales, int64_t bits, int64_t n0,
+                         int64_t n1, bool bf16) {
+  const bool wide = bits > 4;
+  const int64_t K = weight.dim() == 2 ? weight.size(1) * (wide ? 1 : 2) : 0;
+  const Weight wt = check_weight(weight, scales, bits, c10::nullopt, K);
+  TORCH_CHECK(0 <= n0 && n0 <= n1 && n1 <= wt.N, "rows [", n0, ", ", n1, ") outside the weight's ", wt.N, " rows");
+  auto out = torch::empty({n1 - n0, K}, torch::TensorOptions().dtype(bf16 ? torch::kBFloat16 : torch::kFloat32));
+  if (bf16)
+    dequantise_rows(wt, n0, n1, out.data_ptr<at::BFloat16>());
+  else
+    dequantise_rows(wt, n0, n1, out.data_ptr<float>());
+  return out;
+}
+
 // The integers the kernel multiplies by: x (M, K) float32 → (qx (M, K) int8, dx (M, K/32), sx (M, K/32)).
 std::vector<torch::Tensor> quantise(const torch::Tensor& x) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32 && x.is_contiguous() && x.size(1) % GROUP == 0,
@@ -890,6 +959,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("matvec", &matvec, "group-quantised weight × few rows (see the file's header)", py::arg("x"),
         py::arg("weight"), py::arg("scales"), py::arg("bits"), py::arg("bias") = py::none());
   m.def("quantise", &quantise, "the 8-bit activations the kernel uses");
+  m.def("dequantise", &dequantise, "rows [n0, n1) of a stored weight as float32 or bfloat16", py::arg("weight"),
+        py::arg("scales"), py::arg("bits"), py::arg("n0"), py::arg("n1"), py::arg("bf16") = false);
   m.def("rms_norm", &rms_norm, "a decoding step's RMSNorm (see above)");
   m.def("rope", &rope, "a decoding step's RoPE rotation (see above)");
   m.def("decode_block", &decode_block, "a decoder block's decoding step in one call (see above)");

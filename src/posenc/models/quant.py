@@ -56,6 +56,7 @@ Shape legend: N output features, K input features, G = K / 32 groups, M rows of 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -83,12 +84,14 @@ DEQUANTISE_ROWS = 256
 KERNEL_BLAS_ROWS_BY_LEVEL = (96, 96, 4096)
 KERNEL_BLAS_ROWS = KERNEL_BLAS_ROWS_BY_LEVEL[1]  # the AVX2 figure (a kernel's own: ``kernel_blas_rows()``)
 #: bfloat16 inputs with at least this many rows go to BLAS on the re-decoded weight, cast to bfloat16, where the
-#: CPU has AMX tiles (:data:`AMX_BF16`): there its matrix units multiply bfloat16 at ≈ 1.4 TFLOP/s a core. Measured
-#: (``benchmarks/realmodels/kernel_rows.py 1 64,...,2048 bfloat16``, 2-core Intel Xeon, SmolLM2's layer 0 and
-#: head, 1 thread, quiet): the kernel 1.9–2.3× faster at 64 rows, even at 128 (0.95–1.16×), BLAS 1.4–2.0× faster at
-#: 256, 2.7–3.5× at 512, 4–9× at 2,048. The kernel's exactness argument (4,096 rows on AVX-512) does not hold for
-#: inputs already rounded to bfloat16.
-AMX_BF16_BLAS_ROWS = 256
+#: CPU has AMX tiles (:data:`AMX_BF16`): there its matrix units multiply bfloat16 at ≈ 1.4 TFLOP/s a core; float32
+#: inputs too, below ``blas_rows`` (:data:`AMX_FLOAT32_BAND`). Measured with the weight re-decoded by the compiled
+#: ``kernels.dequantise`` (``benchmarks/realmodels/kernel_rows.py 1 16,...,2048 [bfloat16]``, 2-core Intel Xeon,
+#: SmolLM2's layer 0 and head, 1 thread, quiet; ``as-stored/intel-2026-12-05-band/kernel-rows-*.txt``): the
+#: kernel 1.6–2.5× faster at 16 rows, even at 32 (0.8–1.4×), the matrix units 1.3–2.3× faster at 64, 2.3–3.4× at
+#: 128, 3–9× at 2,048 (float32 inputs; bfloat16 ones alike). The kernel's exactness argument (4,096 rows on
+#: AVX-512) does not hold here: its own activations are rounded to 8 bits.
+AMX_BF16_BLAS_ROWS = 64
 
 
 def _has_amx() -> bool:
@@ -101,6 +104,13 @@ def _has_amx() -> bool:
 
 #: Whether bfloat16 inputs of many rows take the AMX route above (read at call time: tests switch it).
 AMX_BF16 = _has_amx()
+#: Where :data:`AMX_BF16`: float32 inputs of :data:`AMX_BF16_BLAS_ROWS` rows up to ``blas_rows`` — the band where
+#: the kernel would round every activation to 8 bits (a prefill of a few thousand tokens) — multiply in bfloat16
+#: on the matrix units too, the output back in float32: activations and re-decoded weights rounded to 8 bits of
+#: mantissa each, no coarser than the kernel's per-32 integers (measured: ``benchmarks/realmodels/README.md``,
+#: "The kernel's band in bfloat16"), and Gemma 3's 2,048-token prefill 2.3× faster on an AMX core. Inputs of
+#: ``blas_rows`` or more still multiply the exact float32 weight. ``POSENC_AMX_BAND=0`` keeps the kernel there.
+AMX_FLOAT32_BAND = os.environ.get("POSENC_AMX_BAND", "1").strip().lower() not in ("0", "off", "no", "false")
 
 
 def chunk_of_pass(module: nn.Module, x: Tensor, pass_rows: int) -> Tensor:
@@ -384,9 +394,15 @@ class QuantLinear(nn.Module):
         """(…, K) → (…, N). ``pass_rows``: the rows of a whole pass that ``x`` is one chunk of (a loss's head
         over a long pass): the chunk is routed as that pass would be — kernel or exact weight — not by its size."""
         blas_rows = self.blas_rows
-        if x.dtype == torch.bfloat16 and AMX_BF16 and self._exact is not None:
-            blas_rows = min(blas_rows, AMX_BF16_BLAS_ROWS)  # bfloat16 on the CPU's matrix units
         n = x.numel() // self.in_features if pass_rows is None else pass_rows
+        if AMX_BF16 and self._exact is not None and n >= AMX_BF16_BLAS_ROWS:  # the CPU's matrix units
+            if x.dtype == torch.bfloat16:
+                blas_rows = AMX_BF16_BLAS_ROWS
+            elif x.dtype == torch.float32 and n < blas_rows and AMX_FLOAT32_BAND:  # the kernel's band, in bfloat16
+                out = self._exact_product(x.reshape(-1, self.in_features).bfloat16()).float()
+                if self.bias is not None:
+                    out = out + self.bias.float()
+                return out.reshape(*x.shape[:-1], self.out_features)  # (…, N)
         if self.kernel == "posenc" and n < blas_rows:  # few rows: one call
             b = self._buffers
             if x.dtype == torch.float32 and x.is_contiguous() and (self.bias is None or self.bias.dtype == x.dtype):
@@ -414,15 +430,25 @@ class QuantLinear(nn.Module):
     def _exact_product(self, rows: Tensor) -> Tensor:
         """rows (M, K) × the exact weight, re-decoded EXACT_ROWS output rows at a time: a large head (Gemma 3's
         262,144 × 640) is never whole in float32 (671 MB, and as much again while it is formed)."""
-        assert self._exact is not None
-        gq = self._exact()
-        n = gq.shape[0]
+        weight = self._exact_rows(rows.dtype)
+        n = self.out_features
         if n <= EXACT_ROWS:
-            return F.linear(rows, gq.dequantize().to(rows.dtype))
+            return F.linear(rows, weight(0, n))
         out = rows.new_empty(rows.shape[0], n)
         for r0 in range(0, n, EXACT_ROWS):
-            out[:, r0 : r0 + EXACT_ROWS] = F.linear(rows, gq.row_block(r0, r0 + EXACT_ROWS).dequantize().to(rows.dtype))
+            out[:, r0 : r0 + EXACT_ROWS] = F.linear(rows, weight(r0, min(r0 + EXACT_ROWS, n)))
         return out
+
+    def _exact_rows(self, dtype: torch.dtype) -> Callable[[int, int], Tensor]:
+        """``(start, stop) →`` those rows of the exact weight in ``dtype``: from posenc's kernel layout in one
+        compiled pass where it holds the weight (the same values: ``stored_groups`` is exact), else re-decoded
+        by ``exact`` (for GGUF files, from the memory-mapped blocks)."""
+        assert self._exact is not None
+        if self.kernel == "posenc" and dtype in (torch.float32, torch.bfloat16):
+            b = self._buffers
+            return lambda start, stop: kernels.dequantise(b["qweight"], b["qscales"], self.bits, start, stop, dtype)
+        gq = self._exact()
+        return lambda start, stop: gq.row_block(start, stop).dequantize().to(dtype)
 
     def describe_kernel(self) -> str:
         """What multiplies few rows: "posenc kernel, 4-bit", "int4 kernel ×2 planes", "int8 kernel"."""

@@ -167,6 +167,29 @@ def test_kernel_equals_the_formula_in_groups_of_16(bits: int, level: int, gen: t
 
 
 @needs_kernel
+@pytest.mark.parametrize(("bits", "layout"), [(b, lay) for b in (2, 4, 5, 6, 8) for lay in
+                                              ("float16 pairs", "float32 pairs", "groups of 16")
+                                              if lay != "groups of 16" or b > 4])  # groups of 16: 5–8 bits
+def test_dequantise_equals_the_groups_on_every_path(bits: int, layout: str, level: int, gen: torch.Generator) -> None:
+    """kernels.dequantise (the weight of every long product) is GroupQuant.dequantize of what was packed — a
+    multiply, then an add, per value — bit for bit on each path, any rows; and its bfloat16 form is that
+    float32 matrix rounded by torch (nearest even)."""
+    n, k = int(torch.randint(1, 40, (1,), generator=gen)), 32 * int(torch.randint(1, 12, (1,), generator=gen))
+    if layout == "groups of 16":
+        gq = symmetric16(gen, n, k, bits)
+        packed, scales = kernels.pack(gq.values, bits), kernels.pack_scales16(gq.scale)
+    else:
+        gq = random_groups(gen, n, k, bits, half=layout == "float16 pairs")
+        packed, scales = kernels.pack(gq.values, bits), kernels.pack_scales(gq.scale, gq.minimum)
+    assert (scales.dtype == torch.int16) == (layout == "float16 pairs")
+    ref = gq.dequantize()
+    start = int(torch.randint(0, n, (1,), generator=gen))
+    stop = int(torch.randint(start, n + 1, (1,), generator=gen))
+    assert torch.equal(kernels.dequantise(packed, scales, bits, start, stop), ref[start:stop])
+    assert torch.equal(kernels.dequantise(packed, scales, bits, 0, n, torch.bfloat16), ref.bfloat16())
+
+
+@needs_kernel
 def test_quant_linear_holds_groups_of_16(gen: torch.Generator) -> None:
     """A Q6_K-like matrix on the kernel: re-decoded exactly for BLAS and for exact_weight; asymmetric groups of 16,
     or 4-bit ones, refused with the reason."""

@@ -625,14 +625,73 @@ void dequantise_row(const Weight& wt, int64_t n, O* out) {
   }
 }
 
+#ifdef POSENC_AVX512
+// 16 floats stored as they are, or rounded to bfloat16 to nearest even as c10::BFloat16 rounds finite values
+// (bits + 0x7FFF + the kept part's lowest bit, then the top 16 bits).
+inline void store16(float* out, __m512 v) { _mm512_storeu_ps(out, v); }
+inline void store16(at::BFloat16* out, __m512 v) {
+  const __m512i b = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(r));
+}
+
+// scale · q + minimum for 16 integers (a multiply, then an add: the same roundings as dequantise_row).
+inline __m512 affine16(__m512i q, __m512 scale, __m512 minimum) {
+  return _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(q), scale), minimum);
+}
+
+// dequantise_row, 16 values at a time (level 2).
+template <typename S, typename O>
+void dequantise_row512(const Weight& wt, int64_t n, O* out) {
+  const int64_t K = wt.K;
+  const uint8_t* w = wt.w + n * wt.row_bytes;
+  if (wt.group16) {
+    const float* sc = static_cast<const float*>(wt.sm) + n * (K / 16);
+    const float c = static_cast<float>(1 << (wt.bits - 1));
+    const __m512i ci = _mm512_set1_epi32(1 << (wt.bits - 1));
+    for (int64_t j = 0; j < K / 16; ++j) {
+      const __m512i q = _mm512_add_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16 * j))), ci);
+      store16(out + 16 * j, affine16(q, _mm512_set1_ps(sc[j]), _mm512_set1_ps(sc[j] * -c)));
+    }
+    return;
+  }
+  const S* sm = static_cast<const S*>(wt.sm) + n * (K / GROUP) * 2;
+  const __m512i ci = _mm512_set1_epi32(wt.bits > 4 ? 1 << (wt.bits - 1) : 0), low = _mm512_set1_epi32(15);
+  for (int64_t g = 0; g < K / GROUP; ++g) {
+    const __m512 scale = _mm512_set1_ps(as_float(sm[2 * g])), minimum = _mm512_set1_ps(as_float(sm[2 * g + 1]));
+    __m512i a, b;
+    if (wt.bits <= 4) {
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + g * (GROUP / 2))));
+      a = _mm512_and_si512(v, low);
+      b = _mm512_srli_epi32(v, 4);
+    } else {
+      const __m128i* p = reinterpret_cast<const __m128i*>(w + g * GROUP);
+      a = _mm512_add_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(p)), ci);
+      b = _mm512_add_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(p + 1)), ci);
+    }
+    store16(out + g * GROUP, affine16(a, scale, minimum));
+    store16(out + g * GROUP + 16, affine16(b, scale, minimum));
+  }
+}
+#endif
+
+template <typename S, typename O>
+void dequantise_one(const Weight& wt, int64_t n, O* out) {
+#ifdef POSENC_AVX512
+  if (level >= 2) return dequantise_row512<S>(wt, n, out);
+#endif
+  dequantise_row<S>(wt, n, out);
+}
+
 template <typename O>
 void dequantise_rows(const Weight& wt, int64_t n0, int64_t n1, O* out) {
   at::parallel_for(n0, n1, std::max<int64_t>(16, TASK_BYTES / (4 * wt.K)), [&](int64_t a, int64_t b) {
     for (int64_t n = a; n < b; ++n) {
       if (wt.group16 || !wt.half)
-        dequantise_row<float>(wt, n, out + (n - n0) * wt.K);
+        dequantise_one<float>(wt, n, out + (n - n0) * wt.K);
       else
-        dequantise_row<uint16_t>(wt, n, out + (n - n0) * wt.K);
+        dequantise_one<uint16_t>(wt, n, out + (n - n0) * wt.K);
     }
   });
 }

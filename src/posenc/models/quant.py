@@ -40,10 +40,12 @@ measured, not assumed (``benchmarks/realmodels``, ``posenc generate
 rows: prefill, scoring) instead multiply by the exact float32 weight,
 re-decoded for the call from the stored blocks, through the BLAS matmul —
 faster there, and exact. A head given a long pass in chunks (the extension loss, ``perplexity``) is routed
-by the pass's rows (``forward(x, pass_rows=T)``), so its logits are as exact as the body's. Inputs in
-bfloat16 on a CPU with AMX tiles go to BLAS from
-:data:`AMX_BF16_BLAS_ROWS` rows, the weight cast to bfloat16 (the CPU's matrix
-units; their activations are rounded to 8 bits of mantissa already).
+by the pass's rows (``forward(x, pass_rows=T)``), so its logits are as exact as the body's. On a CPU with
+AMX tiles, inputs of :data:`AMX_BF16_BLAS_ROWS` rows or more go to BLAS on the weight rounded to bfloat16 (the
+CPU's matrix units): bfloat16 inputs at any such length, float32 inputs below ``blas_rows`` — the band the
+kernel would otherwise take, with its coarser 8-bit activations (:data:`AMX_FLOAT32_BAND`) — their output
+returned in float32. Every such product re-decodes its weight from the kernel's layout in compiled code
+(``posenc.kernels.dequantise``, bit-equal to :meth:`GroupQuant.dequantize`).
 
 References used to verify: the ``gguf`` package's numpy dequantisers
 (``tests/pretrained/test_quant.py``: the decoded groups equal ``read_gguf``'s

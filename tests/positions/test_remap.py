@@ -267,3 +267,51 @@ def test_similarity_is_the_rotated_dot_product_at_the_remapped_position():
 def test_bad_options_are_refused_by_name(name, option, value, fragment):
     with pytest.raises(ValueError, match=fragment):
         build(name, dim=16, num_heads=2, **({"shift": 9} if option == "local_window" else {}), **{option: value})
+
+
+# -- half precision: the fused CPU kernel, one call per piece and block ----------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("q_block", [7, 512])
+def test_half_precision_runs_fused_and_equals_the_reference(name, dtype, q_block, gen, monkeypatch):
+    """bfloat16 / float16 causal attention takes ``_remap_flash`` (each piece's pairs in one fused call, merged
+    by log-sum-exp), GQA, a query offset into longer keys (a continued cache), a sliding window and padding
+    included: equal to the float64 reference up to half-precision rounding, and as close to it as the exact
+    float32 loop run on the same rounded inputs."""
+    options, r = CASES[name]
+    scheme = build(name, dim=32, num_heads=4, base=50.0, **options)
+    q, k, v = qkv(gen, q_len=25, k_len=40)
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    k_pos, q_pos = torch.arange(40), torch.arange(15, 40)
+    pad = torch.ones(2, 1, 1, 40, dtype=torch.bool)
+    pad[1, ..., :3] = False
+    calls = []
+    real = remap._remap_flash
+    monkeypatch.setattr(remap, "_remap_flash", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    out, _ = remap.remap_attention(scheme, q, k, v, q_pos, k_pos, scale=0.3, causal=True, q_index=15,
+                                   window=Window("sliding", 17), allowed=pad, q_block=q_block)
+    assert calls and out.dtype == dtype
+    visible = (k_pos[None] <= q_pos[:, None]) & (k_pos[None] > q_pos[:, None] - 17)  # (Tq, Tk)
+    want, _ = naive(r, scheme.double(), q, k, v, q_pos, k_pos, scale=0.3, allowed=visible & pad)
+    loop, _ = remap.remap_attention(scheme.float(), q.float(), k.float(), v.float(), q_pos, k_pos, scale=0.3,
+                                    causal=True, q_index=15, window=Window("sliding", 17), allowed=pad)
+    err, loop_err = (out.double() - want).abs().max(), (loop.double() - want).abs().max()
+    unit = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+    assert err <= 8 * unit * float(want.abs().max()), (err, loop_err)
+    assert len(calls) == 1
+
+
+def test_half_precision_piece_boundaries_are_not_lost(gen):
+    """Every pair falls in exactly one piece's call: with all values equal to one, each output is one (the
+    weights over the union of the pieces' regions sum to one), and a query that sees no key gets the mean."""
+    options, _ = CASES["self-extend"]
+    scheme = build("self-extend", dim=32, num_heads=4, **options)
+    q, k, _ = qkv(gen, q_len=40, k_len=40)
+    v = torch.ones(2, 2, 40, 8, dtype=torch.bfloat16)
+    allowed = torch.ones(2, 1, 40, 40, dtype=torch.bool)
+    allowed[1, :, 5] = False  # row 5 of sequence 1 sees nothing
+    out, _ = remap.remap_attention(scheme, q.bfloat16(), k.bfloat16(), v, torch.arange(40), torch.arange(40),
+                                   scale=0.3, causal=True, allowed=allowed, q_block=8)
+    assert torch.equal(out, torch.ones_like(out))

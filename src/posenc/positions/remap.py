@@ -446,6 +446,10 @@ def remap_attention(
     groups = heads // kv_heads
     compute = torch.promote_types(q.dtype, torch.float32)
     qp, kp = _batched(q_pos).to(q.device), _batched(k_pos).to(q.device)  # (Bp, Tq), (Bp, Tk)
+    if (causal and q.dtype in FLASH_DTYPES and q.device.type == "cpu" and sinks is None and dropout == 0
+            and not need_weights and not compiling() and q_len > 0 and k_len > 0):
+        return _remap_flash(scheme, q, k, v, qp, kp, scale=scale, q_index=q_index, k_index=k_index, window=window,
+                            allowed=allowed, q_block=q_block), None
     if need_weights:
         q_block, k_block = max(q_len, 1), max(k_len, 1)
     sets: list[tuple[Piece, bool]] = [(p, False) for p in scheme.pieces()]
@@ -529,6 +533,73 @@ def remap_attention(
                                                                    device=q.device))
         weights = weights.reshape(batch, heads, q_len, k_len).to(q.dtype)
     return out, weights
+
+
+#: Activation dtypes whose causal remapped attention runs on PyTorch's fused CPU attention kernel, one call per
+#: piece and block of queries, merged by log-sum-exp (:func:`_remap_flash`): for bfloat16 the CPU's matrix units
+#: (AMX) do the products, as they do for plain RoPE's SDPA; float32 keeps the exact blockwise loop above.
+FLASH_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _remap_flash(scheme: RemapScheme, q: Tensor, k: Tensor, v: Tensor, qp: Tensor, kp: Tensor, *, scale: float,
+                 q_index: int, k_index: int, window: Window, allowed: Tensor | None, q_block: int) -> Tensor:
+    """Causal ``remap_attention`` in q's (half-precision) dtype on ``_scaled_dot_product_flash_attention_for_cpu``.
+
+    Per block of ``q_block`` queries and per piece: the keys whose columns hold any pair of the piece's region
+    (a contiguous slice around it), an additive mask (0 or −inf: the region, causality, the window, ``allowed``)
+    and one fused call, which returns its rows' log-sum-exp; the pieces' outputs are then weighted by
+    exp(lse_piece − lse_all), exactly the softmax over the union of their regions. Rotations are computed in
+    float32 and rounded to q's dtype, as a half-precision model's RoPE is. Holds one block's masks,
+    (Bp, ``q_block``, Tk) booleans and values, never (Tq, Tk).
+    """
+    batch, heads, q_len, head_dim = q.shape
+    kv_heads, k_len = k.shape[1], k.shape[-2]
+    groups = heads // kv_heads
+    attend = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    pieces = scheme.pieces()
+    rotated = []  # per piece: (B, H, Tq, Dh) queries and (B, H, Tk, Dh) keys, rotated, in q's dtype
+    for piece in pieces:
+        qr = scheme.rotate_at(q.float(), piece.q_at(qp)).to(q.dtype)
+        kr = scheme.rotate_at(k.float(), piece.k_at(kp)).to(q.dtype)
+        rotated.append((qr, kr.repeat_interleave(groups, dim=1) if groups > 1 else kr))
+    values = v.repeat_interleave(groups, dim=1) if groups > 1 else v  # (B, H, Tk, Dh): query head h reads h // g
+    outs = []
+    for qs in range(0, q_len, q_block):
+        qe = min(q_len, qs + q_block)
+        first, last = q_index + qs, q_index + qe - 1
+        hi = min(k_len, last - k_index + 1)
+        lo = min(hi, max(0, window.first_visible(first) - k_index))
+        visible = _window_block(window, first, k_index + lo, qe - qs, hi - lo, q.device)  # (bq, bk)
+        if allowed is not None:  # (B or 1, 1, Tq or 1, Tk) → (B or 1, bq or 1, bk)
+            extra = allowed[..., qs:qe, lo:hi] if allowed.shape[-2] > 1 else allowed[..., lo:hi]
+            visible = visible & extra[:, 0]
+        i, j = qp[:, qs:qe, None], kp[:, None, lo:hi]  # (Bp, bq, 1), (Bp, 1, bk)
+        parts, sums = [], []
+        for piece, (qr, kr) in zip(pieces, rotated):
+            sel = piece.region(i, j) & visible  # (Bp or B, bq, bk)
+            cols = sel.any(dim=1).any(dim=0).nonzero()
+            if len(cols) == 0:
+                continue
+            a, b = int(cols[0]), int(cols[-1]) + 1
+            sel = sel[..., a:b]
+            mask = torch.zeros(sel.shape, dtype=q.dtype, device=q.device).masked_fill_(~sel, -math.inf)
+            out, lse = attend(qr[:, :, qs:qe], kr[:, :, lo + a : lo + b], values[:, :, lo + a : lo + b], 0.0, False,
+                              attn_mask=mask[:, None], scale=scale)  # (B, H, bq, Dh), (B, H, bq) float32
+            seen = sel.any(dim=-1)[:, None]  # (Bp or B, 1, bq): a row with no key here gives 0, not −inf
+            parts.append(out.float())
+            sums.append(lse.masked_fill(~seen, -math.inf))
+        if not parts:  # no query of the block sees a key: the mean of the values, as the loop gives
+            outs.append(values.float().mean(-2, keepdim=True).expand(batch, heads, qe - qs, head_dim))
+            continue
+        lse = torch.stack(sums)  # (P, B, H, bq)
+        total = torch.logsumexp(lse, dim=0)
+        weight = torch.exp(lse - total.masked_fill(total == -math.inf, 0))[..., None]  # (P, B, H, bq, 1)
+        out = (weight * torch.stack(parts)).sum(0)
+        unseen = (total == -math.inf)[..., None]
+        if bool(unseen.any()):
+            out = torch.where(unseen, values.float().mean(-2, keepdim=True), out)
+        outs.append(out)
+    return (torch.cat(outs, dim=-2) if len(outs) != 1 else outs[0]).to(q.dtype)
 
 
 def _window_block(window: Window, q_index: int, k_index: int, q_len: int, k_len: int, device: torch.device) -> Tensor:

@@ -20,6 +20,12 @@ matrix exists at any time.
 Memory: the rotated copies, P·(H·Tq + Hkv·Tk)·Dh values for P pieces
 (O(T), like the keys themselves), plus one block of logits,
 B·H·``Q_BLOCK``·``K_BLOCK`` floats (8 MiB at 9 heads in float32), and its masks.
+In bfloat16 / float16 on the CPU, causal attention instead makes one call of
+PyTorch's fused attention kernel per piece and block of ``Q_BLOCK`` queries,
+over the slice of keys the piece's region reaches, with an additive mask, and
+merges the pieces by the log-sum-exp each call returns (``_remap_flash``): the
+products run on the CPU's matrix units where it has them, as plain RoPE's SDPA
+does; memory one block's masks, B·``Q_BLOCK``·Tk values (16 MiB at 16k keys).
 
 ======================  =================================================================================
 scheme                  r(i, j) for d = i − j ≥ 0

@@ -38,6 +38,11 @@ def test_summary_reads_the_numbers(seed):
     assert rows["rope-dynamic-ntk ×2"]["in_range_vs_plain"] == pytest.approx(1.0)
     assert rows["rope-yarn ×2"]["flat_past_l0"] and not rows["rope"]["flat_past_l0"]
     assert s["yarn_paper"]["agrees"] and s["yarn_paper"]["total"] == 3
+    # dynamic NTK in its fixed mode (one pass at its length) is checked against PI too, labelled as its own method
+    fixed = summarise([*cells, _loss_cell("rope-dynamic-ntk-fixed", 2.0, [p * 2 for p in base] * 2)])["yarn_paper"]
+    assert fixed["total"] == 4 and fixed["held"] == 3
+    assert [c["claim"] for c in fixed["checks"] if not c["holds"]] == [
+        "rope-dynamic-ntk-fixed ×2 beats rope-linear ×2 past L₀"]
     # with a control (the same tokens read in range), "flat" compares with it instead
     control = {"kind": "control", "document": "d", "offset": 100, "buckets": [
         {"start": 100, "end": 150, "tokens": 50, "ppl": base[1] * 1.5}, {"start": 150, "end": 200, "tokens": 50,

@@ -55,13 +55,16 @@ def _loss_rows(loss: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[tup
 
 
 def yarn_checks(loss: dict[str, Any], *, break_ratio: float, plain: str = "rope") -> list[dict[str, Any]]:
-    """Per document and factor: dynamic NTK and YaRN each below PI past L₀; plain RoPE ≥ ``break_ratio``× the best."""
+    """Per document and factor: dynamic NTK (each mode) and YaRN each below PI past L₀; plain RoPE ≥
+    ``break_ratio``× the best."""
     checks = []
     for name, doc, by in _loss_rows(loss):
         base = by.get((plain, None))
         for factor in sorted({r["factor"] for r in doc["rows"] if r["factor"] is not None}):
             pi = by.get(("rope-linear", factor))
-            for other in ("rope-dynamic-ntk", "rope-yarn"):
+            # dynamic NTK in both modes: per position (cached decoding) and fixed (one pass at its length — how the
+            # paper's perplexities are taken, each length evaluated whole)
+            for other in ("rope-dynamic-ntk", "rope-dynamic-ntk-fixed", "rope-yarn"):
                 row = by.get((other, factor))
                 if pi and row and pi["beyond_ppl"] and row["beyond_ppl"]:
                     better = row["beyond_ppl"] < pi["beyond_ppl"]

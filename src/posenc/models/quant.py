@@ -394,7 +394,8 @@ class QuantLinear(nn.Module):
 
     def forward(self, x: Tensor, *, pass_rows: int | None = None) -> Tensor:
         """(…, K) → (…, N). ``pass_rows``: the rows of a whole pass that ``x`` is one chunk of (a loss's head
-        over a long pass): the chunk is routed as that pass would be — kernel or exact weight — not by its size."""
+        over a long pass): the chunk is routed as that pass would be — kernel, the matrix units (AMX) or the exact
+        weight — not by its size."""
         blas_rows = self.blas_rows
         n = x.numel() // self.in_features if pass_rows is None else pass_rows
         if AMX_BF16 and self._exact is not None and n >= AMX_BF16_BLAS_ROWS:  # the CPU's matrix units

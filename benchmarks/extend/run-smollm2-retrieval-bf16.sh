@@ -4,7 +4,8 @@
 # every method has the same trials whenever the run stops. Two parts (PARTS="instring pastl0", the default):
 #   instring: single-key passkey in range, L0/2 and L0, plain RoPE and STRING (the STRING paper's claim: STRING
 #             retrieves more than plain RoPE where plain RoPE's under-trained far positions are used);
-#   pastl0:   multi-key passkey and RULER's multi-value needle at 1.5·L0 = 12,288, plain RoPE, NTK and YaRN ×2.
+#   pastl0:   multi-key passkey and RULER's multi-value needle at 1.5·L0 = 12,288, plain RoPE, NTK and YaRN ×2
+#             (TASKS= one of them).
 # CPU, 1 torch thread, nice 10; every trial is saved as it finishes, rerun to continue.
 set -u
 cd "$(dirname "$0")/../.."
@@ -22,7 +23,7 @@ run() {  # folder methods tasks lengths
 for part in ${PARTS:-instring pastl0}; do
     case $part in
         instring) run in-range-bf16 rope,string passkey 4096,8192 ;;
-        pastl0) run x2-multi-bf16 rope,rope-ntk,rope-yarn multikey,multivalue 12288 ;;
+        pastl0) run x2-multi-bf16 rope,rope-ntk,rope-yarn ${TASKS:-multikey,multivalue} 12288 ;;
     esac
 done
 echo "== done $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -402,10 +402,7 @@ class QuantLinear(nn.Module):
             if x.dtype == torch.bfloat16:
                 blas_rows = AMX_BF16_BLAS_ROWS
             elif x.dtype == torch.float32 and n < blas_rows and AMX_FLOAT32_BAND:  # the kernel's band, in bfloat16
-                out = self._exact_product(x.reshape(-1, self.in_features).bfloat16()).float()
-                if self.bias is not None:
-                    out = out + self.bias.float()
-                return out.reshape(*x.shape[:-1], self.out_features)  # (…, N)
+                return self._finish(self._exact_product(x.reshape(-1, self.in_features).bfloat16()).float(), x)
         if self.kernel == "posenc" and n < blas_rows:  # few rows: one call
             b = self._buffers
             if x.dtype == torch.float32 and x.is_contiguous() and (self.bias is None or self.bias.dtype == x.dtype):
@@ -426,9 +423,13 @@ class QuantLinear(nn.Module):
                         xk, getattr(self, f"packed{i}"), self.group,
                         getattr(self, f"scale_zero{i}").view(KERNEL_DTYPE)).to(x.dtype)
                     out = part if out is None else out + part
+        return self._finish(out, x)
+
+    def _finish(self, out: Tensor, x: Tensor) -> Tensor:
+        """(M, N) product of ``x``'s rows → + bias, in ``x``'s leading shape (…, N)."""
         if self.bias is not None:
             out = out + self.bias.to(out.dtype)
-        return out.reshape(*x.shape[:-1], self.out_features)  # (…, N)
+        return out.reshape(*x.shape[:-1], self.out_features)
 
     def _exact_product(self, rows: Tensor) -> Tensor:
         """rows (M, K) × the exact weight, re-decoded EXACT_ROWS output rows at a time: a large head (Gemma 3's

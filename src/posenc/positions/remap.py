@@ -474,11 +474,8 @@ def remap_attention(
     outs, weight_rows = [], []
     for qs in range(0, q_len, q_block):
         qe = min(q_len, qs + q_block)
-        first, last = q_index + qs, q_index + qe - 1  # sequence indices of the block's queries
-        lo, hi = 0, k_len
-        if causal:
-            hi = min(k_len, last - k_index + 1)
-            lo = min(hi, max(0, window.first_visible(first) - k_index))
+        first = q_index + qs  # sequence index of the block's first query
+        lo, hi = _block_keys(window, first, q_index + qe - 1, k_index, k_len) if causal else (0, k_len)
         shape = (batch, kv_heads, groups, qe - qs, 1)
         if sinks is not None:
             m = sinks.to(compute).view(1, kv_heads, groups, 1, 1).expand(shape).clone()
@@ -572,9 +569,8 @@ def _remap_flash(scheme: RemapScheme, q: Tensor, k: Tensor, v: Tensor, qp: Tenso
     outs = []
     for qs in range(0, q_len, q_block):
         qe = min(q_len, qs + q_block)
-        first, last = q_index + qs, q_index + qe - 1
-        hi = min(k_len, last - k_index + 1)
-        lo = min(hi, max(0, window.first_visible(first) - k_index))
+        first = q_index + qs
+        lo, hi = _block_keys(window, first, q_index + qe - 1, k_index, k_len)
         visible = _window_block(window, first, k_index + lo, qe - qs, hi - lo, q.device)  # (bq, bk)
         if allowed is not None:  # (B or 1, 1, Tq or 1, Tk) → (B or 1, bq or 1, bk)
             extra = allowed[..., qs:qe, lo:hi] if allowed.shape[-2] > 1 else allowed[..., lo:hi]
@@ -606,6 +602,12 @@ def _remap_flash(scheme: RemapScheme, q: Tensor, k: Tensor, v: Tensor, qp: Tenso
             out = torch.where(unseen, values.float().mean(-2, keepdim=True), out)
         outs.append(out)
     return (torch.cat(outs, dim=-2) if len(outs) != 1 else outs[0]).to(q.dtype)
+
+
+def _block_keys(window: Window, first: int, last: int, k_index: int, k_len: int) -> tuple[int, int]:
+    """[lo, hi): the keys a causal block of queries (sequence indices first … last) can see, within ``window``."""
+    hi = min(k_len, last - k_index + 1)
+    return min(hi, max(0, window.first_visible(first) - k_index)), hi
 
 
 def _window_block(window: Window, q_index: int, k_index: int, q_len: int, k_len: int, device: torch.device) -> Tensor:

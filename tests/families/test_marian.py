@@ -102,9 +102,12 @@ def test_greedy_generation_equals_hf(seed, tmp_path):
     hf.save_pretrained(tmp_path)
     pm = load_pretrained(tmp_path)
     src = torch.randint(1, VOCAB - 1, (2, 9))
+    # No EOS on either side: `min_new_tokens` would mask EOS's logit, which posenc's generate without eos_id
+    # still picks where it is the argmax (seed 1731909428: EOS id 0 wins the first step).
+    hf.generation_config.eos_token_id = None
     with torch.no_grad():
-        ref = hf.generate(src, max_new_tokens=8, min_new_tokens=8, do_sample=False, num_beams=1,
-                          bad_words_ids=None, forced_eos_token_id=None)
+        ref = hf.generate(src, max_new_tokens=8, do_sample=False, num_beams=1, bad_words_ids=None,
+                          forced_eos_token_id=None)
     ours = pm.model.generate(src, bos_id=pm.config.decoder_start_token_id, max_new_tokens=8)
     assert torch.equal(ours, ref)
 

@@ -293,6 +293,39 @@ def test_rms_norm_equals_the_reference(gen: torch.Generator) -> None:
 
 
 @needs_kernel
+@pytest.mark.parametrize("norm", ["rms", "rms-offset"])
+def test_norm_modules_take_the_kernel_at_any_size(norm: str, monkeypatch, gen: torch.Generator) -> None:
+    """Llama's and Gemma's RMSNorm with the kernel loaded (a quantised model's prefill of thousands of rows, rows
+    split between threads) against their own torch path: within 4 ulp, and the same bits at 1 and 2 threads
+    (each row summed in one order whatever the split)."""
+    from posenc.models import decoder_parts
+    from posenc.models.decoder_parts import NORMS
+
+    d = int(torch.randint(16, 700, (1,), generator=gen))
+    rows = int(torch.randint(1, 3000, (1,), generator=gen))
+    layer = NORMS[norm](d)
+    with torch.no_grad():
+        layer.weight.normal_(generator=gen)
+    x = torch.randn(1, rows, d, generator=gen) * 5
+    monkeypatch.setattr(decoder_parts.kernels, "loaded", lambda: None)
+    with torch.no_grad():
+        ref = layer(x)
+    monkeypatch.setattr(decoder_parts.kernels, "loaded", lambda: module)
+    threads = torch.get_num_threads()
+    try:
+        outs = []
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            with torch.no_grad():
+                outs.append(layer(x))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(outs[0], outs[1])
+    torch.testing.assert_close(outs[0], ref, rtol=4 * 2**-23, atol=1e-6)
+    assert layer(x).requires_grad  # training keeps torch's path (autograd)
+
+
+@needs_kernel
 def test_bfloat16_rows_go_to_the_matrix_units_only_where_the_cpu_has_them(monkeypatch, gen: torch.Generator) -> None:
     """With AMX, bfloat16 inputs of AMX_BF16_BLAS_ROWS rows or more multiply the re-decoded weight cast to
     bfloat16 (bit-equal to F.linear on it), fewer go to the kernel; float32 inputs in the kernel's band do the

@@ -343,9 +343,12 @@ class MultiHeadAttention(nn.Module):
         self.query_scale = query_scale
         self.sinks = nn.Parameter(torch.zeros(num_heads)) if sinks else None
 
-    def _heads(self, x: Tensor, heads: int) -> Tensor:
+    def _heads(self, x: Tensor, heads: int, norm: nn.Module | None = None) -> Tensor:
+        """(B, T, heads · Dh) → (B, heads, T, Dh), each head's vector normed first when ``norm`` is given (QK-norm:
+        per row of Dh, so before the transpose, on contiguous rows)."""
         b, t, _ = x.shape
-        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
+        x = x.view(b, t, heads, self.head_dim)
+        return (x if norm is None else norm(x)).transpose(1, 2)
 
     def forward(
         self,
@@ -378,9 +381,7 @@ class MultiHeadAttention(nn.Module):
         self_attention = context is None
         offset = cache.length if (cache is not None and self_attention) else 0  # sequence index of the 1st query
         q_pos = default_positions(q_len, offset=offset, device=x.device) if q_pos is None else check_positions(q_pos, name="q_pos")
-        q = self._heads(self.q_proj(x), self.num_heads)  # (B, H, Tq, Dh)
-        if self.q_norm is not None:
-            q = self.q_norm(q)
+        q = self._heads(self.q_proj(x), self.num_heads, self.q_norm)  # (B, H, Tq, Dh)
 
         k_start = 0  # sequence index of the first key held
         if cache is not None and cache.static and cache.k is not None:
@@ -391,10 +392,8 @@ class MultiHeadAttention(nn.Module):
         else:
             source = x if self_attention else context
             assert source is not None
-            k = self._heads(self.k_proj(source), self.num_kv_heads)  # (B, Hkv, Tk, Dh)
+            k = self._heads(self.k_proj(source), self.num_kv_heads, self.k_norm)  # (B, Hkv, Tk, Dh)
             v = self._heads(self.v_proj(source), self.num_kv_heads)
-            if self.k_norm is not None:
-                k = self.k_norm(k)
             if k_pos is None:
                 k_pos = q_pos if self_attention else default_positions(source.shape[1], device=x.device)
             if k_pos is not q_pos:  # q_pos was checked above

@@ -760,8 +760,9 @@ void rotate_row(const float* xr, const float* c, const float* sn, int64_t Dh, bo
 }  // namespace
 
 // x (…, D) float32 / rms(x) · weight, rms over the last dim: F.rms_norm(x, eps=eps) then weight · that, as
-// posenc's RMSNorm computes it (two roundings, no fused multiply-add: built with -ffp-contract=off), for the
-// few rows of a decoding step (one thread; the sum of squares in eight float lanes).
+// posenc's RMSNorm computes it (two roundings, no fused multiply-add: built with -ffp-contract=off); the sum of
+// squares in eight float lanes. Rows are split between threads from 64 KiB of them up (a prefill's); each row's
+// sum has one order whatever the thread count.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   TORCH_CHECK(x.dim() >= 1 && x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
               "x must be a contiguous (…, D) float32 tensor");
@@ -771,7 +772,9 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   auto out = torch::empty_like(x);
   const float *xp = x.data_ptr<float>(), *w = weight.data_ptr<float>();
   float* y = out.data_ptr<float>();
-  for (int64_t r = 0; r < R; ++r) norm_row(xp + r * D, w, D, static_cast<float>(eps), y + r * D);
+  at::parallel_for(0, R, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, D)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) norm_row(xp + r * D, w, D, static_cast<float>(eps), y + r * D);
+  });
   return out;
 }
 

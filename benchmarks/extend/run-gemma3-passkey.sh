@@ -16,6 +16,6 @@ for n in ${ROUNDS:-5 10 15 20}; do
     echo "== round of $n trials, $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
     nice -n 10 $PY -m posenc.cli extend "$GGUF" --factors 2 --max-tokens 0 --threads 1 --out "$OUT" \
         --dtype bfloat16 --weights dequantised --methods "$METHODS" --tasks passkey --lengths "$LENGTHS" \
-        --passkey-trials "$n" --quiet "$@" || exit 1
+        --passkey-trials "$n" --depths "${DEPTHS:-grid}" --quiet "$@" || exit 1
 done
 echo "== done $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -9,5 +9,5 @@ PY=${PY:-python}
 run() { echo "== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg): posenc extend $*"
         nice -n 5 $PY -m posenc.cli extend "$GGUF" --factors 2 --max-tokens 12288 --threads 1 --out "$OUT" "$@"; }
 run --text licenses --methods rope,rope-yarn --passkey-trials 0
-run --methods rope,rope-yarn,rope-linear --lengths 12288 --passkey-trials 1 --max-tokens 0
+run --methods rope,rope-yarn,rope-linear --lengths 12288 --passkey-trials 1 --max-tokens 0 --depths grid
 echo "== $(date -u +%H:%M:%S) done; load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -9,5 +9,5 @@ OUT=benchmarks/extend/smollm2-remap
 PY=${PY:-python}
 echo "== $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
 nice -n 10 $PY -m posenc.cli extend "$GGUF" --factors 2 --max-tokens 0 --threads 1 --out "$OUT" \
-    --methods rope,self-extend,dca --tasks passkey --lengths 4096 --passkey-trials 5 "$@"
+    --methods rope,self-extend,dca --tasks passkey --lengths 4096 --passkey-trials 5 --depths grid "$@"
 echo "== $(date -u +%H:%M:%S) done; load $(cut -d' ' -f1-3 /proc/loadavg)"

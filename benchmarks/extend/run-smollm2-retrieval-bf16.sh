@@ -16,7 +16,7 @@ run() {  # folder methods tasks lengths
     for n in ${ROUNDS:-5 10 15 20}; do
         echo "== $1: $2 / $3 / $4, $n trials, $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
         nice -n 10 $PY -m posenc.cli extend "$GGUF" --factors 2 --max-tokens 0 --threads 1 --out "$OUT/$1" \
-            --methods "$2" --tasks "$3" --lengths "$4" --passkey-trials "$n" --dtype bfloat16 \
+            --methods "$2" --tasks "$3" --lengths "$4" --passkey-trials "$n" --depths "${DEPTHS:-grid}" --dtype bfloat16 \
             --weights dequantised --quiet || exit 1
     done
 }

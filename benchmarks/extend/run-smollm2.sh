@@ -16,7 +16,7 @@ loss() {
   run --text licenses --methods rope,rope-yarn --passkey-trials 0
   run --text bible --methods rope-ntk,rope-llama3 --passkey-trials 0
 }
-passkey() { run --methods rope,rope-yarn,rope-linear --lengths 4096,12288 --passkey-trials 2 --max-tokens 0; }
+passkey() { run --methods rope,rope-yarn,rope-linear --lengths 4096,12288 --passkey-trials 2 --max-tokens 0 --depths grid; }
 loss > benchmarks/extend/loss.log 2>&1 &
 passkey > benchmarks/extend/passkey.log 2>&1 &
 wait

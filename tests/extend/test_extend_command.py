@@ -164,3 +164,26 @@ def test_a_cell_made_in_another_dtype_or_weights_is_not_reused(folder, tmp_path,
     assert _model_id(gguf, "float32", "as-stored") == _model_id(gguf)
     assert _model_id(gguf, "float32", "dequantised").endswith("; dequantised weights")
     assert _model_id(gguf, "bfloat16", "dequantised").endswith("; bfloat16, dequantised weights")
+
+
+def test_recorded_cells_of_the_other_depth_mode_are_refused_not_overwritten(folder, tmp_path, capsys):
+    """A passkey cell made with --depths grid (how cells before 2026-12-05 were made) is recorded work: a run with
+    the default stratified depths into that folder stops naming the flag, leaving the cell as it was; with the
+    flag it continues the cell. A stratified cell records its mode and puts its trials at distinct depths."""
+    out = tmp_path / "out"
+    argv = ["extend", str(folder), "--methods", "rope", "--max-tokens", "0", "--lengths", "250",
+            "--passkey-trials", "2", "--out", str(out), "--quiet"]
+    assert main(argv + ["--depths", "grid"]) == 0
+    cell = out / "cells" / "passkey-rope-L250.json"
+    grid = cell.read_bytes()
+    assert json.loads(grid)["settings"]["depths"] == "grid-5"
+    assert [t["depth"] for t in json.loads(grid)["trials"]] == [0.0, 0.25]
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "--depths grid" in capsys.readouterr().err and cell.read_bytes() == grid
+    assert main([("3" if a == "2" else a) for a in argv] + ["--depths", "grid"]) == 0
+    assert len(json.loads(cell.read_text())["trials"]) == 3
+    assert main([(str(tmp_path / "strata") if a == str(out) else a) for a in argv]) == 0
+    strata = json.loads((tmp_path / "strata" / "cells" / "passkey-rope-L250.json").read_text())
+    assert strata["settings"]["depths"] == "strata-5"
+    assert 0 <= strata["trials"][0]["depth"] < 0.2 <= strata["trials"][1]["depth"] < 0.4

@@ -10,7 +10,8 @@ import re
 import pytest
 
 from posenc.extend.passkey import FILLER
-from posenc.extend.retrieval import DEPTHS, MULTIKEY, MULTIVALUE, TASKS, build_prompt, make_trial, score
+from posenc.extend.retrieval import (DEPTH_MODES, DEPTHS, MULTIKEY, MULTIVALUE, TASKS, build_prompt, cell_trials,
+                                     make_trial, score)
 from posenc.extend.stats import compare_methods, holm, mcnemar_exact, paired
 
 
@@ -27,12 +28,16 @@ def oracle(tokenizer, trial, prompt_ids):
 
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("length", [900, 3000])
-def test_prompts_have_the_length_and_the_needles_at_their_depths(tokenizer, seed, task, length):
+@pytest.mark.parametrize("depths", DEPTH_MODES)
+def test_prompts_have_the_length_and_the_needles_at_their_depths(tokenizer, seed, task, length, depths):
     rng = random.Random(seed)
     unit = len(tokenizer.encode(FILLER))
     for index in range(10):
-        trial = make_trial(rng, task, length, index=index)
-        assert trial.depth == DEPTHS[index % 5]
+        trial = make_trial(rng, task, length, index=index, depths=depths)
+        if depths == "grid":
+            assert trial.depth == DEPTHS[index % 5]
+        else:  # in its fifth of [0, 1]
+            assert (index % 5) / 5 <= trial.depth <= (index % 5 + 1) / 5
         prompt = build_prompt(tokenizer, trial)
         assert length - unit < len(prompt.ids) <= length
         text = tokenizer.decode(prompt.ids)
@@ -52,6 +57,24 @@ def test_prompts_have_the_length_and_the_needles_at_their_depths(tokenizer, seed
         if task == "multivalue":  # some but not all values: not found, fraction recorded
             assert score(" " + trial.needles[0].key, trial) == (False, 1 / MULTIVALUE)
         assert text.count(trial.needles[0].key) == (1 if task == "multivalue" else 2)  # nowhere but its needle
+
+
+def test_stratified_depths_are_distinct_seeded_and_keep_the_grids_keys(seed):
+    """Stratified trials: every trial at its own depth, four per fifth of the filler in 20, the same for every
+    method (seeded by seed, task and length); "grid" keeps the keys and depths cells before it were made with."""
+    for task in TASKS:
+        trials = cell_trials(seed, task, 4096, 20)
+        assert trials == cell_trials(seed, task, 4096, 20)  # every method answers these very prompts
+        assert len({t.depth for t in trials}) == 20
+        assert [sum(int(t.depth * 5) == s for t in trials) for s in range(5)] == [4] * 5
+        assert cell_trials(seed + 1, task, 4096, 20) != trials
+        grid = cell_trials(seed, task, 4096, 10, depths="grid")
+        assert [t.depth for t in grid] == list(DEPTHS) * 2
+    old = random.Random("0-passkey-12288")  # the keys of the recorded grid cells (seed 0, 12,288 tokens)
+    assert [t.needles[0].key for t in cell_trials(0, "passkey", 12288, 3, depths="grid")] == [
+        str(old.randint(10000, 99999)) for _ in range(3)]
+    with pytest.raises(ValueError, match="valid: strata, grid"):
+        cell_trials(seed, "passkey", 4096, 5, depths="uniform")
 
 
 def test_trials_are_seeded_and_too_short_is_refused(tokenizer, seed):

@@ -49,7 +49,7 @@ def test_continuing_kept_prefixes_equals_the_whole_prompt(kind, task, tiny_model
     model = _models(kind, tiny_model)
     rng = random.Random(seed)
     length = rng.randint(850, 1000)  # 5–7 filler sentences of 88 bytes: five distinct depths
-    trials = [make_trial(rng, task, length, index=t) for t in range(10)]
+    trials = [make_trial(rng, task, length, index=t, depths="grid") for t in range(10)]
     prefixes = PrefixCaches(model, budget=10 * length)
     reused = []
     for trial in trials:

@@ -48,7 +48,7 @@ def _csv(kind: type, flag: str, *, above: float = 0):
 def register(sub: argparse._SubParsersAction) -> None:
     from posenc.cli_options import add_device, add_dtype, add_json, add_out, add_quiet, add_seed, add_threads
     from posenc.extend.methods import FAMILY_LAYERS, LAYER_CHOICES, METHODS
-    from posenc.extend.retrieval import TASKS
+    from posenc.extend.retrieval import DEPTH_MODES, TASKS
     from posenc.families.hf_config import MAX_CONTEXT
     from posenc.validation import int_at_least
 
@@ -74,6 +74,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "layers) or rotary (RoPE layers); default: what the family does itself — "
                         + ", ".join(f"{k}: {v}" for k, v in FAMILY_LAYERS.items())
                         + "; any other family: all (rotary when some layer has no RoPE)")
+    p.add_argument("--depths", choices=DEPTH_MODES, default="strata",
+                   help="where the asked needle sits: strata (default; trial t at a seeded depth in fifth t mod 5 of "
+                        "the filler, every trial at its own depth) or grid (0, ¼, ½, ¾, 1 in turn: trials at one depth "
+                        "differ only in the key, so their answers cluster; how cells before 2026-12-05 were made — "
+                        "pass it to continue those)")
     p.add_argument("--no-shared-prefix", dest="share_prefixes", action="store_false",
                    help="read every retrieval prompt whole (default: trials continue the kept KV caches of the filler "
                         "before their first needle, about half the tokens for passkey trials, answers equal up to "
@@ -86,8 +91,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokens in each loss pass, the longest position measured (default max-factor·L0); 0 skips "
                         "the loss part")
     p.add_argument("--passkey-trials", type=int_at_least(0, 10**6), default=20, metavar="N",
-                   help="retrieval trials per task, length and method (the same prompts for every method; depths "
-                        "0, ¼, ½, ¾, 1 in turn); 0 skips retrieval (default 20)")
+                   help="retrieval trials per task, length and method (the same prompts for every method; the needle "
+                        "in each fifth of the filler in turn, see --depths); 0 skips retrieval (default 20)")
     p.add_argument("--original-max-len", type=int_at_least(2, MAX_CONTEXT), default=None, metavar="L0",
                    help="trained context L0 given to the schemes (default: the model's max_position_embeddings)")
     p.add_argument("--quick", action="store_true",
@@ -150,7 +155,7 @@ def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
                       loss_length=max_tokens, passkey_lengths=tuple(lengths) if trials else (),
                       passkey_trials=trials, original_max_len=int(l0), seed=args.seed,
                       tasks=tuple(args.tasks), layers=args.layers, shard=parse_shard(args.shard),
-                      share_prefixes=args.share_prefixes)
+                      share_prefixes=args.share_prefixes, depths=args.depths)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:

@@ -34,17 +34,20 @@ class CellStore:
 
     def load(self, name: str, settings: dict[str, Any]) -> dict[str, Any] | None:
         """The saved cell ``name`` if it was made with ``settings``, else None."""
-        if self.root is None:
-            cell = self._memory.get(name)
-        else:
-            path = self.root / f"{name}.json"
-            if not path.exists():
-                return None
-            try:
-                cell = json.loads(path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError:  # not ours to trust: recompute
-                return None
+        cell = self.saved(name)
         return cell if cell is not None and cell.get("settings") == settings else None
+
+    def saved(self, name: str) -> dict[str, Any] | None:
+        """The saved cell ``name`` whatever its settings (None: none, or not readable JSON — recomputed)."""
+        if self.root is None:
+            return self._memory.get(name)
+        path = self.root / f"{name}.json"
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError:  # not ours to trust: recompute
+            return None
 
     def save(self, name: str, cell: dict[str, Any]) -> None:
         self._memory[name] = cell

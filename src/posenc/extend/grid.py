@@ -30,7 +30,7 @@ from posenc.extend.forward import sdpa_spy
 from posenc.extend.loss import bucket_edges, bucket_perplexity, smoothed_curve, token_nll
 from posenc.extend.methods import FACTORLESS, PLAIN, build_variant, method_options, needs_length, set_sequence_length
 from posenc.extend.passkey import PrefixCaches, greedy_continuation
-from posenc.extend.retrieval import TASKS, answer_tokens, build_prompt, cell_trials, make_trial, score
+from posenc.extend.retrieval import DEPTH_MODES, TASKS, answer_tokens, build_prompt, cell_trials, make_trial, score
 from posenc.extend.texts import Document, doc_tokens, load_document
 
 
@@ -46,7 +46,7 @@ class GridConfig:
         passkey_lengths: retrieval prompt lengths in tokens (empty: no retrieval cells).
         passkey_trials: trials per (task, length, method, factor); the same prompts for every method.
         original_max_len: L₀ given to the schemes (and the bucket width L₀/2).
-        seed: seeds the keys (depths are the fixed grid of ``retrieval.DEPTHS``).
+        seed: seeds the keys and the needles' depths.
         answer_tokens: greedy tokens decoded per single-key answer (multi-value questions get more).
         chunk: positions per logits block in the loss.
         tasks: retrieval tasks (``retrieval.TASKS``).
@@ -55,6 +55,8 @@ class GridConfig:
         share_prefixes: a retrieval cell's trials continue the kept caches of the filler before their first
             needle instead of reading it again (``passkey.PrefixCaches``; about half the tokens for passkey
             trials, answers equal up to float rounding); False reads every prompt whole.
+        depths: the asked needle's depth, "strata" (a seeded depth in stratum t mod 5 of [0, 1]) or "grid" (0,
+            ¼, ½, ¾, 1 in turn: how cells before 2026-12-05 were made; see ``retrieval``). Cells record it.
     """
 
     methods: tuple[str, ...]
@@ -71,8 +73,11 @@ class GridConfig:
     layers: str | None = None
     shard: tuple[int, int] | None = None
     share_prefixes: bool = True
+    depths: str = "strata"
 
     def __post_init__(self) -> None:
+        if self.depths not in DEPTH_MODES:
+            raise ValueError(f"unknown depth mode {self.depths!r}; valid: {', '.join(DEPTH_MODES)}")
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown:
             raise ValueError(f"unknown retrieval task(s) {unknown}; valid tasks: {', '.join(TASKS)}")
@@ -216,17 +221,31 @@ class Grid:
 
     def trials(self, length: int, task: str = "passkey") -> list[Any]:
         """The trials of a task at ``length``: the same keys and depths for every method (seeded by seed, task and
-        length; trial t at depth ``DEPTHS[t mod 5]``)."""
-        return cell_trials(self.cfg.seed, task, length, self.cfg.passkey_trials)
+        length; trial t in depth stratum t mod 5)."""
+        return cell_trials(self.cfg.seed, task, length, self.cfg.passkey_trials, depths=self.cfg.depths)
+
+    def _refuse_other_depths(self, name: str, settings: dict[str, Any]) -> None:
+        """A saved cell made the same way but for its depth mode is recorded work: not recomputed over, refused by
+        name (cells saved before the modes existed say "grid-5")."""
+        saved = self.store.saved(name)
+        theirs = None if saved is None else saved.get("settings", {}).get("depths")
+        if theirs is None or theirs == settings["depths"]:
+            return
+        if {k: v for k, v in saved["settings"].items() if k != "depths"} == {
+                k: v for k, v in settings.items() if k != "depths"}:
+            mode = theirs.split("-")[0]
+            raise ValueError(f"cell {name} in {self.store.root} holds {len(saved.get('trials', []))} trials made with "
+                             f"--depths {mode}; pass --depths {mode} to continue it, or write to another --out")
 
     def passkey_cell(self, length: int, method: str, factor: float | None, task: str = "passkey") -> dict[str, Any]:
         """One (task, length, method, factor) cell, saved after every trial (a rerun resumes at the next)."""
         name = cell_name(task, method, _factor_tag(factor), f"L{length}")
         settings = {"model": self.model_id, "task": task, "length": length,
                     "original_max_len": self.cfg.original_max_len, "seed": self.cfg.seed,
-                    "answer_tokens": self.cfg.answer_tokens, "depths": "grid-5"}
+                    "answer_tokens": self.cfg.answer_tokens, "depths": f"{self.cfg.depths}-5"}
         if self.cfg.layers is not None:
             settings["layers"] = self.cfg.layers
+        self._refuse_other_depths(name, settings)
         cell = self.store.load(name, settings) or {
             "kind": "passkey", "task": task, "name": name, "method": method, "factor": factor, "length": length,
             "original_max_len": self.cfg.original_max_len, "layers": self.cfg.layers, "trials": [],
@@ -237,7 +256,7 @@ class Grid:
             return cell
         model = self.variant(method, factor)
         # the trials share everything before their first needle: keep those prefixes' caches (3 prompt
-        # lengths hold the five grid depths'); not where the base depends on each prompt's own length
+        # lengths hold one prefix per depth stratum); not where the base depends on each prompt's own length
         share = self.cfg.share_prefixes and not needs_length(method)
         prefixes = PrefixCaches(model, budget=3 * length) if share else None
         for trial in todo:

@@ -15,10 +15,16 @@ task           what is hidden, what is asked, what counts as found
                every value appears among the answer's 5-digit runs (the fraction is recorded too)
 =============  ===========================================================================================
 
-Depths come from a fixed grid (``DEPTHS``: 0, ¼, ½, ¾, 1 of the filler), trial
-t at depth ``DEPTHS[t mod 5]``, so 20 trials put 4 at each depth; the asked
-needle sits at that depth, distractors and extra values at seeded random
-depths. Keys are seeded by (seed, task, length): every method answers the
+The asked needle's depth (fraction of the filler before it) is stratified by
+default (``depths="strata"``): trial t draws a seeded depth inside stratum
+t mod 5 of [0, 1] — [0, 0.2), [0.2, 0.4), … — so 20 trials cover the five
+strata four times each, at 20 different depths. The older fixed grid
+(``depths="grid"``: ``DEPTHS`` = 0, ¼, ½, ¾, 1, trial t at ``DEPTHS[t mod 5]``)
+puts four trials on each of five identical filler layouts that differ only in
+the key: on SmolLM2 a method then found all four or none at nearly every
+depth, so its 20 trials were about 5 observations and a paired test that
+counts 20 overstated the evidence. Distractors and extra values sit at seeded
+random depths either way. Keys are seeded by (seed, task, length): every method answers the
 very same prompts, which is what makes the paired comparison of
 ``posenc.extend.stats`` valid. Before its first needle
 (``RetrievalPrompt.first_needle``) every prompt of a cell is the same intro
@@ -46,6 +52,8 @@ from posenc.extend.texts import bos_prefix, encode_plain
 
 TASKS = ("passkey", "multikey", "multivalue")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
+#: how the asked needle's depth is chosen: "strata" (a seeded depth in stratum t mod 5) or "grid" (``DEPTHS``)
+DEPTH_MODES = ("strata", "grid")
 MULTIKEY = 4
 MULTIVALUE = 3
 DOORS = ("red", "blue", "green", "yellow", "white", "black", "orange", "purple")
@@ -107,18 +115,25 @@ def _keys(rng: random.Random, n: int) -> list[str]:
     return keys
 
 
-def cell_trials(seed: int, task: str, length: int, count: int) -> list[RetrievalTrial]:
-    """The trials of a (task, length) cell: keys seeded by (seed, task, length), trial t at ``DEPTHS[t mod 5]``;
-    the same for every method."""
+def cell_trials(seed: int, task: str, length: int, count: int, *, depths: str = "strata") -> list[RetrievalTrial]:
+    """The trials of a (task, length) cell: keys and depths seeded by (seed, task, length), trial t in depth
+    stratum t mod 5 (``make_trial``); the same for every method."""
     rng = random.Random(f"{seed}-{task}-{length}")
-    return [make_trial(rng, task, length, index=t) for t in range(count)]
+    return [make_trial(rng, task, length, index=t, depths=depths) for t in range(count)]
 
 
-def make_trial(rng: random.Random, task: str, length: int, *, index: int) -> RetrievalTrial:
-    """Trial ``index`` of a task: the asked needle at ``DEPTHS[index % 5]``, the rest at random depths."""
+def make_trial(rng: random.Random, task: str, length: int, *, index: int, depths: str = "strata") -> RetrievalTrial:
+    """Trial ``index`` of a task: the asked needle in depth stratum ``index % 5`` — a random depth in
+    [s/5, (s+1)/5) with ``depths="strata"``, exactly ``DEPTHS[s]`` with ``"grid"`` — the rest at random depths."""
     if task not in TASKS:
         raise ValueError(f"unknown retrieval task {task!r}; valid tasks: {', '.join(TASKS)}")
-    depth = DEPTHS[index % len(DEPTHS)]
+    if depths not in DEPTH_MODES:
+        raise ValueError(f"unknown depth mode {depths!r}; valid: {', '.join(DEPTH_MODES)}")
+    stratum = index % len(DEPTHS)
+    if depths == "grid":
+        depth = DEPTHS[stratum]
+    else:  # drawn first, so that "grid" keeps the keys it always had
+        depth = min((stratum + rng.random()) / len(DEPTHS), 1.0)
     if task == "passkey":
         return RetrievalTrial(task, length, depth, (Needle(_keys(rng, 1)[0], depth),))
     count = MULTIKEY if task == "multikey" else MULTIVALUE
@@ -176,12 +191,12 @@ def score(answer: str, trial: RetrievalTrial) -> tuple[bool, float]:
 
 
 def shared_prefix_tokens(tokenizer: Any, task: str, length: int, count: int, *, seed: int = 0,
-                         budget: int | None = None) -> tuple[int, int]:
+                         budget: int | None = None, depths: str = "strata") -> tuple[int, int]:
     """(prompt tokens of a cell's ``count`` trials, tokens read when they share prefixes): what
     ``passkey.PrefixCaches`` saves, counted without a model (budget: 3 prompt lengths, as the grid keeps)."""
     prefixes = PrefixCaches(None, budget=3 * length if budget is None else budget)  # type: ignore[arg-type]
     whole = read = 0
-    for trial in cell_trials(seed, task, length, count):
+    for trial in cell_trials(seed, task, length, count, depths=depths):
         prompt = build_prompt(tokenizer, trial)
         held, reused, keep = prefixes.plan(prompt.ids, prompt.first_needle)
         if keep:

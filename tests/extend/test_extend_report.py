@@ -164,3 +164,27 @@ def test_paired_tests_in_the_summary_and_the_pages(tmp_path):
     assert "## Paired comparisons" in text and "**rope-yarn ×2 better**" in text
     paths = write_report(cells, tmp_path, {"command": "test"})
     assert "Paired comparisons" in paths["html"].read_text() and (tmp_path / "passkey.png").exists()
+
+
+def test_retrieval_rows_count_by_fifth_of_depth_and_flag_grid_depths(tmp_path, gen):
+    """The retrieval table shows found / trials per fifth of the needle depth (the clustering a reader must see),
+    and a note where the cells used the fixed grid depths."""
+    import torch
+
+    from posenc.extend.report import GRID_DEPTHS_NOTE, by_fifth, markdown, summarise
+
+    depths = torch.rand(23, generator=gen).tolist() + [0.0, 1.0]
+    found = (torch.rand(25, generator=gen) < 0.5).tolist()
+    trials = [{"depth": d, "correct": f, "prompt_tokens": 100, "seconds": 0.1} for d, f in zip(depths, found)]
+    want = [(sum(f for d, f in zip(depths, found) if min(int(d * 5), 4) == i),
+             sum(min(int(d * 5), 4) == i for d in depths)) for i in range(5)]
+    assert by_fifth(trials) == " ".join(f"{k}/{n}" for k, n in want)
+    assert by_fifth([{"correct": True}]) == ""  # cells without depths (the earliest) show nothing
+
+    def cell(mode):
+        return {"kind": "passkey", "task": "passkey", "method": "rope", "factor": None, "length": 128,
+                "original_max_len": 64, "name": "passkey-rope", "trials": trials, "settings": {"depths": mode}}
+
+    grid = markdown(summarise([cell("grid-5")]), {"command": "test"})
+    assert by_fifth(trials) in grid and GRID_DEPTHS_NOTE in grid
+    assert GRID_DEPTHS_NOTE not in markdown(summarise([cell("strata-5")]), {"command": "test"})

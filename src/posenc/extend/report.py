@@ -116,14 +116,35 @@ def _task(cell: dict[str, Any]) -> str:
     return cell.get("task", "passkey")  # cells recorded before the retrieval tasks are single-key passkeys
 
 
+#: the note under a retrieval table whose cells put the needle at the fixed grid depths
+GRID_DEPTHS_NOTE = ("Grid depths (0, ¼, ½, ¾, 1): the trials at one depth read the same filler and differ only in "
+                    "the key, so their answers cluster by depth (see the column by fifth) and the paired tests, which "
+                    "count every trial as independent, overstate the evidence; `--depths strata` (the default) puts "
+                    "every trial at its own depth.")
+
+
+def by_fifth(trials: Sequence[dict[str, Any]]) -> str:
+    """Found / trials in each fifth of the filler depth, e.g. "4/4 0/4 4/4 1/4 0/4" ("" where trials hold no depth)."""
+    if not trials or any("depth" not in t for t in trials):
+        return ""
+    counts = [[0, 0] for _ in range(5)]
+    for t in trials:
+        fifth = min(int(t["depth"] * 5), 4)
+        counts[fifth][0] += bool(t["correct"])
+        counts[fifth][1] += 1
+    return " ".join(f"{k}/{n}" for k, n in counts)
+
+
 def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (task, length, method, factor): found / trials with the Wilson 95% interval."""
+    """One row per (task, length, method, factor): found / trials with the Wilson 95% interval, and per fifth of
+    the needle's depth (``by_fifth``)."""
     rows = []
     for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
         n, k = len(c["trials"]), sum(t["correct"] for t in c["trials"])
         lo, hi = wilson(k, n)
         rows.append({"task": _task(c), "length": c["length"], "method": c["method"], "factor": c["factor"],
                      "label": label(c["method"], c["factor"]), "correct": k, "trials": n,
+                     "by_fifth": by_fifth(c["trials"]), "depths": c.get("settings", {}).get("depths"),
                      "accuracy": k / n if n else None, "wilson_low": lo, "wilson_high": hi,
                      "prompt_tokens": max((t["prompt_tokens"] for t in c["trials"]), default=None),
                      "seconds": sum(t["seconds"] for t in c["trials"]),
@@ -329,13 +350,15 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                       "L₀ sit at in-range positions (blank buckets: not in that pass)."]
         lines.append("")
     if summary["passkey"]:
-        lines += ["## Retrieval", "", "| task | length | method | found | accuracy | Wilson 95% | s |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["## Retrieval", "", "| task | length | method | found | by fifth of depth | accuracy | Wilson 95% | s |",
+                  "|---|---|---|---|---|---|---|---|"]
         for r in summary["passkey"]:
             lines.append(f"| {r['task']} | {r['length']} | {r['label']} | {r['correct']}/{r['trials']} | "
-                         f"{fmt_number(r['accuracy'])} | {r['wilson_low']:.2f}–{r['wilson_high']:.2f} | "
-                         f"{r['seconds']:.0f} |")
+                         f"{r.get('by_fifth', '')} | {fmt_number(r['accuracy'])} | "
+                         f"{r['wilson_low']:.2f}–{r['wilson_high']:.2f} | {r['seconds']:.0f} |")
         lines.append("")
+        if any(r.get("depths") == "grid-5" for r in summary["passkey"]):
+            lines += [GRID_DEPTHS_NOTE, ""]
     if summary.get("paired_tests"):
         lines += ["## Paired comparisons (same prompts)", "",
                   f"Exact McNemar on the trials two methods disagree on (b: only the first found it, c: only the "
@@ -410,14 +433,16 @@ def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[s
     if summary["passkey"]:
         parts.append("<section id='passkey'><h2>Passkey retrieval</h2>")
         parts += [f"<img src='{esc(f)}' alt='passkey accuracy'>" for f in figures if f == "passkey.png"]
-        parts.append("<table><tr><th>task</th><th>length</th><th>method</th><th>found</th><th>accuracy</th>"
-                     "<th>Wilson 95%</th><th>seconds</th></tr>")
+        parts.append("<table><tr><th>task</th><th>length</th><th>method</th><th>found</th><th>by fifth of depth</th>"
+                     "<th>accuracy</th><th>Wilson 95%</th><th>seconds</th></tr>")
         for r in summary["passkey"]:
             parts.append(f"<tr><td>{esc(r['task'])}</td><td>{r['length']}</td><td>{esc(r['label'])}</td>"
-                         f"<td>{r['correct']}/{r['trials']}</td>"
+                         f"<td>{r['correct']}/{r['trials']}</td><td>{esc(r.get('by_fifth', ''))}</td>"
                          f"<td>{esc(fmt_number(r['accuracy']))}</td><td>{r['wilson_low']:.2f}–{r['wilson_high']:.2f}</td>"
                          f"<td>{r['seconds']:.0f}</td></tr>")
         parts.append("</table>")
+        if any(r.get("depths") == "grid-5" for r in summary["passkey"]):
+            parts.append(f"<p class='meta'>{esc(GRID_DEPTHS_NOTE)}</p>")
         if summary.get("paired_tests"):
             parts.append(f"<h3>Paired comparisons (same prompts)</h3><p class='meta'>exact McNemar on discordant trials, "
                          f"Holm-adjusted per task and length; significant at {ALPHA:g}</p><table><tr><th>task</th>"

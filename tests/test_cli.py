@@ -15,7 +15,7 @@ FLAGS = {
     "bench": ["--alloc", "--compile", "--full", "--json", "--markdown", "--no-compile", "--out", "--quiet", "--seed",
               "--size", "--suites", "--threads"],
     "demo": ["--dim", "--heads", "--kind", "--layers", "--position", "--position-option", "--seed", "--vocab"],
-    "extend": ["--device", "--dtype", "--factors", "--json", "--layers", "--lengths", "--max-tokens", "--methods",
+    "extend": ["--depths", "--device", "--dtype", "--factors", "--json", "--layers", "--lengths", "--max-tokens", "--methods",
                "--no-shared-prefix", "--original-max-len", "--out", "--passkey-trials", "--quick", "--quiet", "--report-only", "--seed",
                "--shard", "--tasks", "--text", "--threads", "--weights"],
     "export": ["--format", "--json", "--out", "--position", "--position-option", "--quiet", "--setting"],

@@ -30,7 +30,8 @@ from posenc.extend.forward import sdpa_spy
 from posenc.extend.loss import bucket_edges, bucket_perplexity, smoothed_curve, token_nll
 from posenc.extend.methods import FACTORLESS, PLAIN, build_variant, method_options, needs_length, set_sequence_length
 from posenc.extend.passkey import PrefixCaches, greedy_continuation
-from posenc.extend.retrieval import DEPTH_MODES, TASKS, answer_tokens, build_prompt, cell_trials, make_trial, score
+from posenc.extend.retrieval import (DEPTH_MODES, TASKS, answer_tokens, build_prompt, cell_trials, depth_setting,
+                                     make_trial, score)
 from posenc.extend.texts import Document, doc_tokens, load_document
 
 
@@ -242,7 +243,7 @@ class Grid:
         name = cell_name(task, method, _factor_tag(factor), f"L{length}")
         settings = {"model": self.model_id, "task": task, "length": length,
                     "original_max_len": self.cfg.original_max_len, "seed": self.cfg.seed,
-                    "answer_tokens": self.cfg.answer_tokens, "depths": f"{self.cfg.depths}-5"}
+                    "answer_tokens": self.cfg.answer_tokens, "depths": depth_setting(self.cfg.depths)}
         if self.cfg.layers is not None:
             settings["layers"] = self.cfg.layers
         self._refuse_other_depths(name, settings)

@@ -19,6 +19,7 @@ from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
 from posenc.extend.papers import label, paper_checks, verdict_line
 from posenc.extend.passkey import wilson
+from posenc.extend.retrieval import depth_setting
 from posenc.extend.stats import ALPHA, compare_methods
 from posenc.lab.report import CSS, fmt_number, pyplot
 
@@ -121,6 +122,11 @@ GRID_DEPTHS_NOTE = ("Grid depths (0, ¼, ½, ¾, 1): the trials at one depth rea
                     "the key, so their answers cluster by depth (see the column by fifth) and the paired tests, which "
                     "count every trial as independent, overstate the evidence; `--depths strata` (the default) puts "
                     "every trial at its own depth.")
+
+
+def _grid_depths(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether any retrieval row comes from cells with the fixed grid depths (then the note goes under the table)."""
+    return any(r["depths"] == depth_setting("grid") for r in rows)
 
 
 def by_fifth(trials: Sequence[dict[str, Any]]) -> str:
@@ -354,10 +360,10 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         for r in summary["passkey"]:
             lines.append(f"| {r['task']} | {r['length']} | {r['label']} | {r['correct']}/{r['trials']} | "
-                         f"{r.get('by_fifth', '')} | {fmt_number(r['accuracy'])} | "
+                         f"{r['by_fifth']} | {fmt_number(r['accuracy'])} | "
                          f"{r['wilson_low']:.2f}–{r['wilson_high']:.2f} | {r['seconds']:.0f} |")
         lines.append("")
-        if any(r.get("depths") == "grid-5" for r in summary["passkey"]):
+        if _grid_depths(summary["passkey"]):
             lines += [GRID_DEPTHS_NOTE, ""]
     if summary.get("paired_tests"):
         lines += ["## Paired comparisons (same prompts)", "",
@@ -437,11 +443,11 @@ def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[s
                      "<th>accuracy</th><th>Wilson 95%</th><th>seconds</th></tr>")
         for r in summary["passkey"]:
             parts.append(f"<tr><td>{esc(r['task'])}</td><td>{r['length']}</td><td>{esc(r['label'])}</td>"
-                         f"<td>{r['correct']}/{r['trials']}</td><td>{esc(r.get('by_fifth', ''))}</td>"
+                         f"<td>{r['correct']}/{r['trials']}</td><td>{esc(r['by_fifth'])}</td>"
                          f"<td>{esc(fmt_number(r['accuracy']))}</td><td>{r['wilson_low']:.2f}–{r['wilson_high']:.2f}</td>"
                          f"<td>{r['seconds']:.0f}</td></tr>")
         parts.append("</table>")
-        if any(r.get("depths") == "grid-5" for r in summary["passkey"]):
+        if _grid_depths(summary["passkey"]):
             parts.append(f"<p class='meta'>{esc(GRID_DEPTHS_NOTE)}</p>")
         if summary.get("paired_tests"):
             parts.append(f"<h3>Paired comparisons (same prompts)</h3><p class='meta'>exact McNemar on discordant trials, "

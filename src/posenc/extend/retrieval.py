@@ -54,6 +54,12 @@ TASKS = ("passkey", "multikey", "multivalue")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 #: how the asked needle's depth is chosen: "strata" (a seeded depth in stratum t mod 5) or "grid" (``DEPTHS``)
 DEPTH_MODES = ("strata", "grid")
+
+
+def depth_setting(mode: str) -> str:
+    """How a cell's settings name its depth mode ("strata-5", "grid-5": five strata or grid depths)."""
+    return f"{mode}-{len(DEPTHS)}"
+
 MULTIKEY = 4
 MULTIVALUE = 3
 DOORS = ("red", "blue", "green", "yellow", "white", "black", "orange", "purple")
@@ -132,8 +138,8 @@ def make_trial(rng: random.Random, task: str, length: int, *, index: int, depths
     stratum = index % len(DEPTHS)
     if depths == "grid":
         depth = DEPTHS[stratum]
-    else:  # drawn first, so that "grid" keeps the keys it always had
-        depth = min((stratum + rng.random()) / len(DEPTHS), 1.0)
+    else:  # drawn first, so that "grid" keeps the keys it always had; random() < 1 keeps it inside its stratum
+        depth = (stratum + rng.random()) / len(DEPTHS)
     if task == "passkey":
         return RetrievalTrial(task, length, depth, (Needle(_keys(rng, 1)[0], depth),))
     count = MULTIKEY if task == "multikey" else MULTIVALUE

@@ -62,13 +62,15 @@ class Window:
     def full(self) -> bool:
         return self.kind == "full"
 
-    def first_visible(self, index: int) -> int:
-        """The sequence index of the first key the query at sequence index ``index`` sees."""
+    def first_visible(self, index: Any) -> Any:
+        """The sequence index of the first key the query at sequence index ``index`` sees (an int, or an int64
+        tensor of indices: a tensor of the same shape)."""
         if self.kind == "sliding":
-            return max(0, index - self.size + 1)  # type: ignore[operator]
+            first = index - self.size + 1  # type: ignore[operator]
+            return first.clamp(min=0) if hasattr(first, "clamp") else max(0, first)
         if self.kind == "chunked":
             return index // self.size * self.size  # type: ignore[operator]
-        return 0
+        return index * 0  # 0, or zeros shaped like a tensor of indices
 
     def binds(self, first_key: int, last_query: int) -> bool:
         """Whether the window hides some key from some query when keys from sequence index ``first_key`` are

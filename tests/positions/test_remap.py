@@ -14,7 +14,7 @@ import torch
 
 from posenc.attention import MultiHeadAttention
 from posenc.models.llama import LlamaConfig, build_llama
-from posenc.plan import Window
+from posenc.plan import FULL, Window
 from posenc.positions import build, remap
 from posenc.positions.rotary import apply_rotary_reference
 
@@ -275,32 +275,61 @@ def test_bad_options_are_refused_by_name(name, option, value, fragment):
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("q_block", [7, 512])
-def test_half_precision_runs_fused_and_equals_the_reference(name, dtype, q_block, gen, monkeypatch):
-    """bfloat16 / float16 causal attention takes ``_remap_flash`` (each piece's pairs in one fused call, merged
-    by log-sum-exp), GQA, a query offset into longer keys (a continued cache), a sliding window and padding
-    included: equal to the float64 reference up to half-precision rounding, and as close to it as the exact
-    float32 loop run on the same rounded inputs."""
+@pytest.mark.parametrize("layout", ["padded", "sliding", "full"])
+def test_half_precision_runs_fused_and_equals_the_reference(name, dtype, q_block, layout, gen, monkeypatch):
+    """bfloat16 / float16 causal attention takes ``_remap_flash`` (each piece's pairs in fused calls, merged
+    by log-sum-exp), GQA and a query offset into longer keys (a continued cache) included, with padding and a
+    sliding window (masked calls over each piece's slice of keys), or without padding (consecutive positions:
+    one unmasked call over the keys every query of a block sees, masked ones only over the ragged edges):
+    equal to the float64 reference up to half-precision rounding, and as close to it as the exact float32
+    loop run on the same rounded inputs."""
     options, r = CASES[name]
     scheme = build(name, dim=32, num_heads=4, base=50.0, **options)
     q, k, v = qkv(gen, q_len=25, k_len=40)
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    k_pos, q_pos = torch.arange(40), torch.arange(15, 40)
-    pad = torch.ones(2, 1, 1, 40, dtype=torch.bool)
-    pad[1, ..., :3] = False
-    calls = []
-    real = remap._remap_flash
+    k_pos, q_pos = torch.arange(40) + 3, torch.arange(15, 40) + 3
+    window = FULL if layout == "full" else Window("sliding", 17)
+    pad = None
+    if layout == "padded":
+        pad = torch.ones(2, 1, 1, 40, dtype=torch.bool)
+        pad[1, ..., :3] = False
+    calls, spans = [], []
+    real, real_calls = remap._remap_flash, remap._calls
     monkeypatch.setattr(remap, "_remap_flash", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    monkeypatch.setattr(remap, "_calls", lambda *a: spans.append(real_calls(*a)) or spans[-1])
     out, _ = remap.remap_attention(scheme, q, k, v, q_pos, k_pos, scale=0.3, causal=True, q_index=15,
-                                   window=Window("sliding", 17), allowed=pad, q_block=q_block)
+                                   window=window, allowed=pad, q_block=q_block)
     assert calls and out.dtype == dtype
-    visible = (k_pos[None] <= q_pos[:, None]) & (k_pos[None] > q_pos[:, None] - 17)  # (Tq, Tk)
-    want, _ = naive(r, scheme.double(), q, k, v, q_pos, k_pos, scale=0.3, allowed=visible & pad)
+    visible = k_pos[None] <= q_pos[:, None]  # (Tq, Tk)
+    if not window.full:
+        visible = visible & (k_pos[None] > q_pos[:, None] - 17)
+    allowed = visible if pad is None else visible & pad
+    want, _ = naive(r, scheme.double(), q, k, v, q_pos, k_pos, scale=0.3, allowed=allowed)
     loop, _ = remap.remap_attention(scheme.float(), q.float(), k.float(), v.float(), q_pos, k_pos, scale=0.3,
-                                    causal=True, q_index=15, window=Window("sliding", 17), allowed=pad)
+                                    causal=True, q_index=15, window=window, allowed=pad)
     err, loop_err = (out.double() - want).abs().max(), (loop.double() - want).abs().max()
     unit = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
     assert err <= 8 * unit * float(want.abs().max()), (err, loop_err)
     assert len(calls) == 1
+    assert bool(spans) == (pad is None)  # consecutive positions without padding: the calls from the spans
+
+
+def test_half_precision_unmasked_calls_cover_the_long_range(gen, monkeypatch):
+    """At length, the keys a block's queries all see are read by calls without a mask: per block and piece the
+    masked columns are the two ragged edges, at most a block wide each, not the whole key range (what makes
+    long prompts cheap)."""
+    scheme, r = build("rerope", dim=32, num_heads=4, base=50.0, window=100), r_rerope(100)
+    q, k, v = qkv(gen, q_len=300, k_len=300)
+    q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    pos = torch.arange(300)
+    spans, real_calls = [], remap._calls
+    monkeypatch.setattr(remap, "_calls", lambda *a: spans.append(real_calls(*a)) or spans[-1])
+    out, _ = remap.remap_attention(scheme, q, k, v, pos, pos, scale=0.3, causal=True, q_block=32)
+    masked = [sum(b - a for a, b, m in block if m) for block in spans]  # per block and piece
+    unmasked = sum(b - a for block in spans for a, b, m in block if not m)
+    assert len(spans) == 2 * 10 and max(masked) <= 2 * 31 and unmasked > sum(masked)
+    want, _ = naive(r, scheme.double(), q, k, v, pos, pos, scale=0.3, allowed=pos[None] <= pos[:, None])
+    assert (out.double() - want).abs().max() <= 8 * 2.0**-8 * float(want.abs().max())
 
 
 def test_half_precision_piece_boundaries_are_not_lost(gen):

@@ -8,8 +8,8 @@ rotation of q by its own position and of k by its own can give such an r, so
 a remapping scheme states its r as a few **pieces**, each an ordinary pair of
 rotations valid on one region of (i, j)::
 
-    Piece(q_at, k_at, region):  score(i, j) = ⟨R(q_at(i))·q_i, R(k_at(j))·k_j⟩   for (i, j) in region
-                                → relative position q_at(i) − k_at(j)
+    Piece(q_at, k_at, span):  score(i, j) = ⟨R(q_at(i))·q_i, R(k_at(j))·k_j⟩   for first(i) ≤ j < end(i)
+                              → relative position q_at(i) − k_at(j)
 
 and ``remap_attention`` runs them: blocks of queries against blocks of keys,
 each block's logits taken from the piece whose region holds the pair, merged
@@ -20,12 +20,16 @@ matrix exists at any time.
 Memory: the rotated copies, P·(H·Tq + Hkv·Tk)·Dh values for P pieces
 (O(T), like the keys themselves), plus one block of logits,
 B·H·``Q_BLOCK``·``K_BLOCK`` floats (8 MiB at 9 heads in float32), and its masks.
-In bfloat16 / float16 on the CPU, causal attention instead makes one call of
-PyTorch's fused attention kernel per piece and block of ``Q_BLOCK`` queries,
-over the slice of keys the piece's region reaches, with an additive mask, and
-merges the pieces by the log-sum-exp each call returns (``_remap_flash``): the
-products run on the CPU's matrix units where it has them, as plain RoPE's SDPA
-does; memory one block's masks, B·``Q_BLOCK``·Tk values (16 MiB at 16k keys).
+In bfloat16 / float16 on the CPU, causal attention instead calls PyTorch's
+fused attention kernel per piece and block of ``Q_BLOCK`` queries and merges
+the calls by the log-sum-exp each returns (``_remap_flash``): the products run
+on the CPU's matrix units where it has them, as plain RoPE's SDPA does. A
+piece's keys for one query are an interval of key positions (its ``span``), so
+for a single sequence of consecutive positions a block reads the keys all its
+queries share in one call without a mask and only the ragged edges with one
+(masks ≤ 2·``Q_BLOCK``² values per piece); with padding or batched positions,
+one masked call per piece over the slice its region reaches (masks
+B·``Q_BLOCK``·Tk values, 16 MiB at 16k keys).
 
 ======================  =================================================================================
 scheme                  r(i, j) for d = i − j ≥ 0
@@ -85,20 +89,40 @@ LENGTH_MAX = 2**53
 
 @dataclass(frozen=True)
 class Piece:
-    """One position set of a remapping scheme, valid on ``region``.
+    """One position set of a remapping scheme, valid on the pairs its ``span`` gives.
 
     Args:
         name: what the piece is (``neighbour``, ``grouped``, ``intra``, …).
         q_at: query positions (Bp, Tq) int64 → the float64 positions its queries are rotated at.
         k_at: key positions (Bp, Tk) int64 → the float64 positions its keys are rotated at.
-        region: (i (Bp, Tq, 1), j (Bp, 1, Tk)) int64 with i ≥ j → bool (Bp, Tq, Tk): the pairs this piece serves.
-            The regions of a scheme's pieces partition every pair with i ≥ j.
+        span: query positions i (any shape) int64 → (first, end) int64 of i's shape: the piece serves the pair
+            (i, j) iff first ≤ j < end (one interval of key positions per query; ±``BEYOND`` for no bound).
+            The spans of a scheme's pieces partition the key positions of every query.
     """
 
     name: str
     q_at: Callable[[Tensor], Tensor]
     k_at: Callable[[Tensor], Tensor]
-    region: Callable[[Tensor, Tensor], Tensor]
+    span: Callable[[Tensor], tuple[Tensor, Tensor]]
+
+    def region(self, i: Tensor, j: Tensor) -> Tensor:
+        """bool, broadcast of i and j: the pairs (i, j) this piece serves (i (Bp, Tq, 1), j (Bp, 1, Tk) → (Bp, Tq, Tk))."""
+        first, end = self.span(i)
+        return (first <= j) & (j < end)
+
+
+#: "No bound" in a piece's span: beyond any position (positions are at most 2^53).
+BEYOND = 2**62
+
+
+def _from(first: Tensor) -> tuple[Tensor, Tensor]:
+    """The span of key positions first … (no upper bound)."""
+    return first, torch.full_like(first, BEYOND)
+
+
+def _below(end: Tensor) -> tuple[Tensor, Tensor]:
+    """The span of key positions … end − 1 (no lower bound)."""
+    return torch.full_like(end, -BEYOND), end
 
 
 def _length(value: Any, name: str, *, minimum: int = 1, fix: str = "") -> int:
@@ -200,9 +224,9 @@ class SelfExtend(RemapScheme):
         g, w = self.group_size, self.neighbor_window
         shift = w - w // g
         return (
-            Piece("neighbour", lambda p: p.double(), lambda p: p.double(), lambda i, j: i - j < w),
+            Piece("neighbour", lambda p: p.double(), lambda p: p.double(), lambda i: _from(i - w + 1)),  # i − j < W
             Piece("grouped", lambda p: _floor_div(p, g).double() + shift, lambda p: _floor_div(p, g).double(),
-                  lambda i, j: i - j >= w),
+                  lambda i: _below(i - w + 1)),  # i − j ≥ W
         )
 
     def relative_position(self, i: Tensor, j: Tensor) -> Tensor:
@@ -238,9 +262,9 @@ class ReRoPE(RemapScheme):
     def pieces(self) -> tuple[Piece, ...]:
         w = self.window
         return (
-            Piece("exact", lambda p: p.double(), lambda p: p.double(), lambda i, j: i - j < w),
+            Piece("exact", lambda p: p.double(), lambda p: p.double(), lambda i: _from(i - w + 1)),  # i − j < W
             Piece("clamped", lambda p: torch.full_like(p, w, dtype=torch.float64),
-                  lambda p: torch.zeros_like(p, dtype=torch.float64), lambda i, j: i - j >= w),
+                  lambda p: torch.zeros_like(p, dtype=torch.float64), lambda i: _below(i - w + 1)),
         )
 
     def relative_position(self, i: Tensor, j: Tensor) -> Tensor:
@@ -278,8 +302,9 @@ class LeakyReRoPE(RemapScheme):
     def pieces(self) -> tuple[Piece, ...]:
         w, k = self.window, self.leak_factor
         return (
-            Piece("exact", lambda p: p.double(), lambda p: p.double(), lambda i, j: i - j < w),
-            Piece("leaky", lambda p: w + (p.double() - w) / k, lambda p: p.double() / k, lambda i, j: i - j >= w),
+            Piece("exact", lambda p: p.double(), lambda p: p.double(), lambda i: _from(i - w + 1)),  # i − j < W
+            Piece("leaky", lambda p: w + (p.double() - w) / k, lambda p: p.double() / k,
+                  lambda i: _below(i - w + 1)),
         )
 
     def relative_position(self, i: Tensor, j: Tensor) -> Tensor:
@@ -324,8 +349,8 @@ class STRING(RemapScheme):
     def pieces(self) -> tuple[Piece, ...]:
         s, w = self.shift, self.local_window
         return (
-            Piece("local", lambda p: p.double(), lambda p: p.double(), lambda i, j: i - j < s),
-            Piece("shifted", lambda p: p.double() - (s - w), lambda p: p.double(), lambda i, j: i - j >= s),
+            Piece("local", lambda p: p.double(), lambda p: p.double(), lambda i: _from(i - s + 1)),  # i − j < S
+            Piece("shifted", lambda p: p.double() - (s - w), lambda p: p.double(), lambda i: _below(i - s + 1)),
         )
 
     def relative_position(self, i: Tensor, j: Tensor) -> Tensor:
@@ -380,13 +405,17 @@ class DualChunkAttention(RemapScheme):
         def key(p: Tensor) -> Tensor:
             return torch.remainder(p, n).double()
 
+        def start(i: Tensor) -> Tensor:  # the first position of i's chunk
+            return _floor_div(i, n) * n
+
         return (
-            # ≤ rather than ==: the same for i ≥ j, and a pair with j > i (left padding) is intra-chunk
-            Piece("intra", key, key, lambda i, j: _floor_div(i, n) <= _floor_div(j, n)),
+            # j from i's chunk on rather than within it: the same for i ≥ j, and a pair with j > i (left
+            # padding) is intra-chunk
+            Piece("intra", key, key, lambda i: _from(start(i))),
             Piece("successive", lambda p: (torch.remainder(p, n) + n).clamp(max=c).double(), key,
-                  lambda i, j: _floor_div(i, n) == _floor_div(j, n) + 1),
+                  lambda i: (start(i) - n, start(i))),  # the previous chunk
             Piece("inter", lambda p: torch.full_like(p, inter, dtype=torch.float64), key,
-                  lambda i, j: _floor_div(i, n) >= _floor_div(j, n) + 2),
+                  lambda i: _below(start(i) - n)),  # every chunk before it
         )
 
     def relative_position(self, i: Tensor, j: Tensor) -> Tensor:
@@ -548,12 +577,18 @@ def _remap_flash(scheme: RemapScheme, q: Tensor, k: Tensor, v: Tensor, qp: Tenso
                  q_index: int, k_index: int, window: Window, allowed: Tensor | None, q_block: int) -> Tensor:
     """Causal ``remap_attention`` in q's (half-precision) dtype on ``_scaled_dot_product_flash_attention_for_cpu``.
 
-    Per block of ``q_block`` queries and per piece: the keys whose columns hold any pair of the piece's region
-    (a contiguous slice around it), an additive mask (0 or −inf: the region, causality, the window, ``allowed``)
-    and one fused call, which returns its rows' log-sum-exp; the pieces' outputs are then weighted by
-    exp(lse_piece − lse_all), exactly the softmax over the union of their regions. Rotations are computed in
-    float32 and rounded to q's dtype, as a half-precision model's RoPE is. Holds one block's masks,
-    (Bp, ``q_block``, Tk) booleans and values, never (Tq, Tk).
+    Per block of ``q_block`` queries and per piece, fused calls over the keys the piece serves, each returning
+    its rows' log-sum-exp; the calls' outputs are then weighted by exp(lse_call − lse_all), exactly the softmax
+    over the union of their keys. Rotations are computed in float32 and rounded to q's dtype, as a
+    half-precision model's RoPE is.
+
+    Positions one run of consecutive integers for queries and for keys, and no ``allowed`` mask (a single
+    sequence, the usual case): each query's keys in a piece are one interval of columns (its span, cut by
+    causality and the window), so a block's calls are one *without* a mask over the columns every query of
+    the block sees, and two narrow ones with a mask over the ragged edges (≤ ``q_block`` columns wide where
+    the span moves with the query); no (block, Tk) mask is built. Otherwise (padding, batched positions): one
+    call per piece over the slice of keys its region reaches, with an additive (bq, bk) mask (0 or −inf:
+    the region, causality, the window, ``allowed``). Holds at most one block's masks, never (Tq, Tk).
     """
     batch, heads, q_len, head_dim = q.shape
     kv_heads, k_len = k.shape[1], k.shape[-2]
@@ -566,42 +601,95 @@ def _remap_flash(scheme: RemapScheme, q: Tensor, k: Tensor, v: Tensor, qp: Tenso
         kr = scheme.rotate_at(k.float(), piece.k_at(kp)).to(q.dtype)
         rotated.append((qr, kr.repeat_interleave(groups, dim=1) if groups > 1 else kr))
     values = v.repeat_interleave(groups, dim=1) if groups > 1 else v  # (B, H, Tk, Dh): query head h reads h // g
+    runs = allowed is None and _consecutive(qp) and _consecutive(kp)
     outs = []
     for qs in range(0, q_len, q_block):
         qe = min(q_len, qs + q_block)
         first = q_index + qs
         lo, hi = _block_keys(window, first, q_index + qe - 1, k_index, k_len)
-        visible = _window_block(window, first, k_index + lo, qe - qs, hi - lo, q.device)  # (bq, bk)
-        if allowed is not None:  # (B or 1, 1, Tq or 1, Tk) → (B or 1, bq or 1, bk)
-            extra = allowed[..., qs:qe, lo:hi] if allowed.shape[-2] > 1 else allowed[..., lo:hi]
-            visible = visible & extra[:, 0]
-        i, j = qp[:, qs:qe, None], kp[:, None, lo:hi]  # (Bp, bq, 1), (Bp, 1, bk)
-        parts, sums = [], []
-        for piece, (qr, kr) in zip(pieces, rotated):
-            sel = piece.region(i, j) & visible  # (Bp or B, bq, bk)
-            cols = sel.any(dim=1).any(dim=0).nonzero()
-            if len(cols) == 0:
-                continue
-            a, b = int(cols[0]), int(cols[-1]) + 1
-            sel = sel[..., a:b]
-            mask = torch.zeros(sel.shape, dtype=q.dtype, device=q.device).masked_fill_(~sel, -math.inf)
-            out, lse = attend(qr[:, :, qs:qe], kr[:, :, lo + a : lo + b], values[:, :, lo + a : lo + b], 0.0, False,
-                              attn_mask=mask[:, None], scale=scale)  # (B, H, bq, Dh), (B, H, bq) float32
-            seen = sel.any(dim=-1)[:, None]  # (Bp or B, 1, bq): a row with no key here gives 0, not −inf
-            parts.append(out.float())
-            sums.append(lse.masked_fill(~seen, -math.inf))
+        parts, sums = [], []  # per call: (B, H, bq, Dh) float32 outputs and (B or 1, H, bq) lse, −inf where unseen
+
+        def call(qr: Tensor, kr: Tensor, a: int, b: int, mask: Tensor | None, seen: Tensor | None) -> None:
+            out, lse = attend(qr[:, :, qs:qe], kr[:, :, a:b], values[:, :, a:b], 0.0, False,
+                              attn_mask=None if mask is None else mask[:, None], scale=scale)
+            parts.append(out.float())  # (B, H, bq, Dh); lse (B, H, bq) float32
+            sums.append(lse if seen is None else lse.masked_fill(~seen[:, None], -math.inf))
+
+        if runs:
+            rows = torch.arange(first, q_index + qe, device=q.device)  # the block's sequence indices
+            causal_end = rows - k_index + 1  # columns < this are causal
+            window_from = window.first_visible(rows) - k_index
+            at = qp[0, qs:qe]  # the block's query positions; key column c holds position kp[0, 0] + c
+            for piece, (qr, kr) in zip(pieces, rotated):
+                start, end = piece.span(at)
+                start = torch.maximum(start - kp[0, 0], window_from).clamp(lo, hi)  # (bq,) column bounds
+                end = torch.minimum(end - kp[0, 0], causal_end).clamp(lo, hi)
+                for a, b, masked in _calls(start, end):
+                    if not masked:
+                        call(qr, kr, a, b, None, None)
+                        continue
+                    columns = torch.arange(a, b, device=q.device)
+                    sel = (start[:, None] <= columns) & (columns < end[:, None])  # (bq, b − a)
+                    mask = torch.zeros(sel.shape, dtype=q.dtype, device=q.device).masked_fill_(~sel, -math.inf)
+                    call(qr, kr, a, b, mask[None], sel.any(dim=-1)[None])
+        else:
+            visible = _window_block(window, first, k_index + lo, qe - qs, hi - lo, q.device)  # (bq, bk)
+            if allowed is not None:  # (B or 1, 1, Tq or 1, Tk) → (B or 1, bq or 1, bk)
+                extra = allowed[..., qs:qe, lo:hi] if allowed.shape[-2] > 1 else allowed[..., lo:hi]
+                visible = visible & extra[:, 0]
+            i, j = qp[:, qs:qe, None], kp[:, None, lo:hi]  # (Bp, bq, 1), (Bp, 1, bk)
+            for piece, (qr, kr) in zip(pieces, rotated):
+                sel = piece.region(i, j) & visible  # (Bp or B, bq, bk)
+                cols = sel.any(dim=1).any(dim=0).nonzero()
+                if len(cols) == 0:
+                    continue
+                a, b = int(cols[0]), int(cols[-1]) + 1
+                sel = sel[..., a:b]
+                mask = torch.zeros(sel.shape, dtype=q.dtype, device=q.device).masked_fill_(~sel, -math.inf)
+                call(qr, kr, lo + a, lo + b, mask, sel.any(dim=-1))  # a row with no key here gives 0, not −inf
         if not parts:  # no query of the block sees a key: the mean of the values, as the loop gives
             outs.append(values.float().mean(-2, keepdim=True).expand(batch, heads, qe - qs, head_dim))
             continue
-        lse = torch.stack(sums)  # (P, B, H, bq)
+        lse = torch.stack(torch.broadcast_tensors(*sums))  # (calls, B, H, bq)
         total = torch.logsumexp(lse, dim=0)
-        weight = torch.exp(lse - total.masked_fill(total == -math.inf, 0))[..., None]  # (P, B, H, bq, 1)
+        weight = torch.exp(lse - total.masked_fill(total == -math.inf, 0))[..., None]  # (calls, B, H, bq, 1)
         out = (weight * torch.stack(parts)).sum(0)
         unseen = (total == -math.inf)[..., None]
         if bool(unseen.any()):
             out = torch.where(unseen, values.float().mean(-2, keepdim=True), out)
         outs.append(out)
     return (torch.cat(outs, dim=-2) if len(outs) != 1 else outs[0]).to(q.dtype)
+
+
+def _consecutive(positions: Tensor) -> bool:
+    """Whether (Bp, T) positions are one row of consecutive integers (p0, p0 + 1, …)."""
+    if positions.shape[0] != 1:
+        return False
+    row = positions[0]
+    return row.numel() < 2 or bool((row[1:] - row[:-1] == 1).all())
+
+
+def _calls(start: Tensor, end: Tensor) -> list[tuple[int, int, bool]]:
+    """The fused calls that cover rows whose keys are the columns [start_r, end_r): (a, b, masked) each.
+
+    The columns every row with keys sees, [max start, min end), need no mask; the ragged edges on either side
+    do. One masked call over everything when no column is common to all rows. Rows without keys (end ≤ start)
+    take part in no unmasked call.
+    """
+    has = end > start
+    if not bool(has.any()):
+        return []
+    start, end = start[has], end[has]
+    first, last = int(start.min()), int(end.max())
+    common_from, common_to = int(start.max()), int(end.min())
+    if common_from >= common_to or not bool(has.all()):
+        return [(first, last, True)]
+    calls = [(common_from, common_to, False)]
+    if first < common_from:
+        calls.append((first, common_from, True))
+    if common_to < last:
+        calls.append((common_to, last, True))
+    return calls
 
 
 def _block_keys(window: Window, first: int, last: int, k_index: int, k_len: int) -> tuple[int, int]:

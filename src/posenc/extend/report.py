@@ -17,13 +17,13 @@ from typing import Any
 
 from posenc.validation import dumps
 from posenc.checkpoint import atomic_write_text
+from posenc.extend.methods import PLAIN, REMAPS
 from posenc.extend.papers import label, paper_checks, verdict_line
 from posenc.extend.passkey import wilson
 from posenc.extend.retrieval import depth_setting
 from posenc.extend.stats import ALPHA, compare_methods
 from posenc.lab.report import CSS, fmt_number, pyplot
 
-PLAIN = "rope"
 BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket past L₀ whose perplexity exceeds this × its in-range one
 FLAT_RATIO = 1.25  # a method "stays flat" when its perplexity past L₀ is within this × its own in-range perplexity
 
@@ -287,37 +287,53 @@ def plot_loss(cells: Sequence[dict[str, Any]], out: Path) -> list[str]:
 
 def plot_passkey(all_rows: Sequence[dict[str, Any]], out: Path) -> list[str]:
     """Accuracy against prompt length with Wilson 95% intervals, one line per method: a row of panels (one per
-    factor) per task, in one figure."""
+    factor) per task, in one figure; the legend beside the panels."""
     if not all_rows:
         return []
     plt = pyplot()
     tasks = list(dict.fromkeys(r.get("task", "passkey") for r in all_rows))
     factors = sorted({r["factor"] for r in all_rows if r["factor"] is not None}) or [None]
-    fig, grid = plt.subplots(len(tasks), len(factors), figsize=(6.4 * len(factors), 3.6 * len(tasks)), squeeze=False)
+    fig, grid = plt.subplots(len(tasks), len(factors), figsize=(6.4 * len(factors) + 2.4, 3.8 * len(tasks)),
+                             squeeze=False)
     for task, axes in zip(tasks, grid):
         rows = [r for r in all_rows if r.get("task", "passkey") == task]
         _passkey_panels(axes, rows, factors, task)
-    fig.tight_layout()
+    handles, labels = grid[0][-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1 - 2.2 / (6.4 * len(factors) + 2.4), 1))
     fig.savefig(out / "passkey.png")
     plt.close(fig)
     return ["passkey.png"]
 
 
 def _passkey_panels(axes: Any, rows: Sequence[dict[str, Any]], factors: Sequence[float | None], task: str) -> None:
+    """Methods side by side at each length (a small shift along the log-length axis, so that their intervals do
+    not hide each other): colour per method, solid for RoPE and the frequency scalings, dashed for remappings."""
+    plt = pyplot()
+    colours = plt.get_cmap("tab20").colors
     for ax, factor in zip(axes, factors):
-        for lab in dict.fromkeys(r["label"] for r in rows if r["factor"] in (None, factor)):
-            mine = [r for r in rows if r["label"] == lab]
-            x = [r["length"] for r in mine]
+        labs = list(dict.fromkeys(r["label"] for r in rows if r["factor"] in (None, factor)))
+        for n, lab in enumerate(labs):
+            mine = sorted((r for r in rows if r["label"] == lab), key=lambda r: r["length"])
+            shift = 2 ** (0.012 * (n - (len(labs) - 1) / 2))
+            x = [r["length"] * shift for r in mine]
             y = [r["accuracy"] for r in mine]
             err = [[r["accuracy"] - r["wilson_low"] for r in mine], [r["wilson_high"] - r["accuracy"] for r in mine]]
-            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=lab,
-                        **({"color": "black"} if mine[0]["method"] == PLAIN else {}))
-        ax.axvline(rows[0]["original_max_len"], color="grey", ls="--", lw=1)
+            plain = mine[0]["method"] == PLAIN
+            ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=2, lw=1.8 if plain else 1.1, elinewidth=0.8,
+                        color="black" if plain else colours[(2 * n) % 20 + (2 * n) // 20 % 2],
+                        ls="--" if mine[0]["method"] in REMAPS else "-", label=lab)
+        l0 = rows[0]["original_max_len"]
+        ax.axvline(l0, color="grey", ls=":", lw=1)
+        ax.text(l0, 1.0, " L₀", transform=ax.get_xaxis_transform(), va="bottom", color="grey", fontsize=8)
+        lengths = sorted({r["length"] for r in rows})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [f"{n:,}" for n in lengths])
+        ax.minorticks_off()
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("prompt length (tokens)")
         ax.set_ylabel(f"{task}: found")
-        ax.set_title(f"{task}" + ("" if factor is None else f", factor {factor:g}"))
-        ax.legend(fontsize=7)
+        ax.set_title(f"{task}" + ("" if factor is None else f", factor {factor:g}"), pad=14)
 
 
 # -- text --------------------------------------------------------------------------------------------

@@ -63,7 +63,11 @@ def test_two_processes_fine_tune_the_same_model_as_one(tmp_path, seed, text_file
     for key in one:
         if key.endswith("k_proj.bias"):
             continue  # no biases here; kept for symmetry with tests/test_train_ddp.py
-        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-5, msg=key)
+        # atol 1e-4, not 1e-5: AdamW divides by √v, so an element whose gradient is near zero turns a
+        # reduction-order difference (two processes' all-reduce against one process's sum) into up to a few
+        # 1e-5 (seed 583128492: one v_proj element of 1,024 moved 4.8e-5); a process that skipped the
+        # all-reduce would step on half the batch and move elements by ~lr = 3e-3
+        torch.testing.assert_close(two[key], one[key], rtol=1e-4, atol=1e-4, msg=key)
         moved += key in base and not torch.equal(one[key], base[key])
     assert moved > 0  # training changed something
     # the optimiser state written from the shards is the one process's, under the same integer indices

@@ -293,10 +293,9 @@ def test_half_precision_runs_fused_and_equals_the_reference(name, dtype, q_block
     if layout == "padded":
         pad = torch.ones(2, 1, 1, 40, dtype=torch.bool)
         pad[1, ..., :3] = False
-    calls, spans = [], []
-    real, real_calls = remap._remap_flash, remap._calls
+    calls, real = [], remap._remap_flash
     monkeypatch.setattr(remap, "_remap_flash", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    monkeypatch.setattr(remap, "_calls", lambda *a: spans.append(real_calls(*a)) or spans[-1])
+    spans = _spy_on_calls(monkeypatch)
     out, _ = remap.remap_attention(scheme, q, k, v, q_pos, k_pos, scale=0.3, causal=True, q_index=15,
                                    window=window, allowed=pad, q_block=q_block)
     assert calls and out.dtype == dtype
@@ -322,14 +321,20 @@ def test_half_precision_unmasked_calls_cover_the_long_range(gen, monkeypatch):
     q, k, v = qkv(gen, q_len=300, k_len=300)
     q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
     pos = torch.arange(300)
-    spans, real_calls = [], remap._calls
-    monkeypatch.setattr(remap, "_calls", lambda *a: spans.append(real_calls(*a)) or spans[-1])
+    spans = _spy_on_calls(monkeypatch)
     out, _ = remap.remap_attention(scheme, q, k, v, pos, pos, scale=0.3, causal=True, q_block=32)
     masked = [sum(b - a for a, b, m in block if m) for block in spans]  # per block and piece
     unmasked = sum(b - a for block in spans for a, b, m in block if not m)
     assert len(spans) == 2 * 10 and max(masked) <= 2 * 31 and unmasked > sum(masked)
     want, _ = naive(r, scheme.double(), q, k, v, pos, pos, scale=0.3, allowed=pos[None] <= pos[:, None])
     assert (out.double() - want).abs().max() <= 8 * 2.0**-8 * float(want.abs().max())
+
+
+def _spy_on_calls(monkeypatch) -> list:
+    """The fused calls ``_remap_flash`` plans per block and piece (``remap._calls``' answers), recorded as made."""
+    spans, real = [], remap._calls
+    monkeypatch.setattr(remap, "_calls", lambda *a: spans.append(real(*a)) or spans[-1])
+    return spans
 
 
 def test_half_precision_piece_boundaries_are_not_lost(gen):

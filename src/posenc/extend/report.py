@@ -321,7 +321,7 @@ def _passkey_panels(axes: Any, rows: Sequence[dict[str, Any]], factors: Sequence
             err = [[r["accuracy"] - r["wilson_low"] for r in mine], [r["wilson_high"] - r["accuracy"] for r in mine]]
             plain = mine[0]["method"] == PLAIN
             ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=2, lw=1.8 if plain else 1.1, elinewidth=0.8,
-                        color="black" if plain else colours[(2 * n) % 20 + (2 * n) // 20 % 2],
+                        color="black" if plain else colours[(2 * n + n // 10) % 20],  # dark shades, then light
                         ls="--" if mine[0]["method"] in REMAPS else "-", label=lab)
         l0 = rows[0]["original_max_len"]
         ax.axvline(l0, color="grey", ls=":", lw=1)

@@ -408,12 +408,16 @@ class DualChunkAttention(RemapScheme):
         def start(i: Tensor) -> Tensor:  # the first position of i's chunk
             return _floor_div(i, n) * n
 
+        def previous(i: Tensor) -> tuple[Tensor, Tensor]:  # the span of the chunk before i's
+            first = start(i)
+            return first - n, first
+
         return (
             # j from i's chunk on rather than within it: the same for i ≥ j, and a pair with j > i (left
             # padding) is intra-chunk
             Piece("intra", key, key, lambda i: _from(start(i))),
             Piece("successive", lambda p: (torch.remainder(p, n) + n).clamp(max=c).double(), key,
-                  lambda i: (start(i) - n, start(i))),  # the previous chunk
+                  previous),
             Piece("inter", lambda p: torch.full_like(p, inter, dtype=torch.float64), key,
                   lambda i: _below(start(i) - n)),  # every chunk before it
         )
@@ -602,6 +606,7 @@ def _remap_flash(scheme: RemapScheme, q: Tensor, k: Tensor, v: Tensor, qp: Tenso
         rotated.append((qr, kr.repeat_interleave(groups, dim=1) if groups > 1 else kr))
     values = v.repeat_interleave(groups, dim=1) if groups > 1 else v  # (B, H, Tk, Dh): query head h reads h // g
     runs = allowed is None and _consecutive(qp) and _consecutive(kp)
+    k_first = int(kp[0, 0]) if runs and k_len else 0  # the position of key column 0
     outs = []
     for qs in range(0, q_len, q_block):
         qe = min(q_len, qs + q_block)
@@ -619,11 +624,11 @@ def _remap_flash(scheme: RemapScheme, q: Tensor, k: Tensor, v: Tensor, qp: Tenso
             rows = torch.arange(first, q_index + qe, device=q.device)  # the block's sequence indices
             causal_end = rows - k_index + 1  # columns < this are causal
             window_from = window.first_visible(rows) - k_index
-            at = qp[0, qs:qe]  # the block's query positions; key column c holds position kp[0, 0] + c
+            at = qp[0, qs:qe]  # the block's query positions; key column c holds position k_first + c
             for piece, (qr, kr) in zip(pieces, rotated):
                 start, end = piece.span(at)
-                start = torch.maximum(start - kp[0, 0], window_from).clamp(lo, hi)  # (bq,) column bounds
-                end = torch.minimum(end - kp[0, 0], causal_end).clamp(lo, hi)
+                start = torch.maximum(start - k_first, window_from).clamp(lo, hi)  # (bq,) column bounds
+                end = torch.minimum(end - k_first, causal_end).clamp(lo, hi)
                 for a, b, masked in _calls(start, end):
                     if not masked:
                         call(qr, kr, a, b, None, None)

@@ -188,3 +188,34 @@ def test_retrieval_rows_count_by_fifth_of_depth_and_flag_grid_depths(tmp_path, g
     grid = markdown(summarise([cell("grid-5")]), {"command": "test"})
     assert by_fifth(trials) in grid and GRID_DEPTHS_NOTE in grid
     assert GRID_DEPTHS_NOTE not in markdown(summarise([cell("strata-5")]), {"command": "test"})
+
+
+def test_multikey_rows_count_wrong_answers_that_took_another_needles_key(gen):
+    """With distractors, the table and the reading say how many wrong answers named another door's key (counted
+    here naively from the recorded answers); single-key rows leave the column out."""
+    import torch
+
+    from posenc.extend.report import OTHER_KEY_NOTE, markdown, summarise
+
+    n = 17
+    kinds = torch.randint(0, 3, (n,), generator=gen).tolist()  # 0 right, 1 a distractor's key, 2 no needle's key
+    trials = []
+    for t, kind in enumerate(kinds):
+        keys = [str(10000 + 4 * t + i) for i in range(4)]
+        answer = {0: keys[0], 1: keys[1 + t % 3], 2: "99999"}[kind]
+        trials.append({"key": keys[0], "needles": [[k, i / 4] for i, k in enumerate(keys)], "asked": "red",
+                       "answer": f" {answer}.", "correct": kind == 0, "depth": t / n, "prompt_tokens": 100,
+                       "seconds": 0.1})
+    cell = {"kind": "passkey", "task": "multikey", "method": "rope", "factor": None, "length": 128,
+            "original_max_len": 64, "name": "multikey-rope", "trials": trials, "settings": {"depths": "strata-5"}}
+    summary = summarise([cell])
+    (row,) = summary["passkey"]
+    wrong = n - kinds.count(0)
+    assert row["other_key"] == kinds.count(1) and row["correct"] == kinds.count(0)
+    text = markdown(summary, {"command": "test"})
+    assert f"| {kinds.count(1)}/{wrong} |" in text and OTHER_KEY_NOTE in text
+    if wrong:
+        assert any(f"rope {kinds.count(1)}/{wrong}" in line for line in summary["reading"])
+    single = dict(cell, task="passkey", trials=[dict(t, needles=t["needles"][:1], asked=None) for t in trials])
+    assert summarise([single])["passkey"][0]["other_key"] is None
+    assert "another key" not in markdown(summarise([single]), {"command": "test"})

@@ -11,7 +11,7 @@ import pytest
 
 from posenc.extend.passkey import FILLER
 from posenc.extend.retrieval import (DEPTH_MODES, DEPTHS, MULTIKEY, MULTIVALUE, TASKS, build_prompt, cell_trials,
-                                     make_trial, score)
+                                     make_trial, other_needle, score)
 from posenc.extend.stats import compare_methods, holm, mcnemar_exact, paired
 
 
@@ -85,6 +85,21 @@ def test_trials_are_seeded_and_too_short_is_refused(tokenizer, seed):
         build_prompt(tokenizer, make_trial(random.Random(0), "multivalue", 60, index=0))
     with pytest.raises(ValueError, match="valid tasks"):
         make_trial(random.Random(0), "haystack", 500, index=0)
+
+
+def test_a_wrong_answer_is_told_apart_by_whether_it_names_another_needle(seed):
+    """other_needle: a distractor's key (read, wrong door) against the asked key and against no needle's key."""
+    rng = random.Random(seed)
+    trial = make_trial(rng, "multikey", 4096, index=rng.randrange(5))
+    needles = [[n.key, n.depth] for n in trial.needles]  # as a cell records them
+    asked, distractor = trial.needles[0].key, rng.choice(trial.needles[1:]).key
+    stranger = next(k for k in map(str, range(10000, 100000)) if k not in {n.key for n in trial.needles})
+    assert score(f" {distractor}.", trial) == (False, 0.0) and other_needle(f" {distractor}.", needles, asked)
+    assert score(f" {asked}", trial)[0] and not other_needle(f" {asked}", needles, asked)
+    assert not other_needle(f" {stranger}", needles, asked) and not other_needle(" 1. 2. 3", needles, asked)
+    # the first 5-digit run decides, as in score: a distractor named after the right key is no wrong door
+    assert not other_needle(f" {asked} or {distractor}", needles, asked)
+    assert other_needle(f" {distractor} or {asked}", needles, asked)
 
 
 def _enumerated_p(b: int, c: int) -> float:

@@ -20,7 +20,7 @@ from posenc.checkpoint import atomic_write_text
 from posenc.extend.methods import PLAIN, REMAPS
 from posenc.extend.papers import label, paper_checks, verdict_line
 from posenc.extend.passkey import wilson
-from posenc.extend.retrieval import depth_setting
+from posenc.extend.retrieval import depth_setting, other_needle
 from posenc.extend.stats import ALPHA, compare_methods
 from posenc.lab.report import CSS, fmt_number, pyplot
 
@@ -124,6 +124,20 @@ GRID_DEPTHS_NOTE = ("Grid depths (0, ¼, ½, ¾, 1): the trials at one depth rea
                     "every trial at its own depth.")
 
 
+#: the note under a retrieval table with distractors (multi-key)
+OTHER_KEY_NOTE = ("Another key: of the wrong answers, those naming a distractor's key (another door's) — the model read "
+                  "the far needles but took the wrong one; the rest named no needle's key at all.")
+
+
+def _any_other_key(rows: Sequence[dict[str, Any]]) -> bool:
+    return any(r["other_key"] is not None for r in rows)
+
+
+def _other_key_cell(row: dict[str, Any]) -> str:
+    """"k/wrong" for a row with distractors, "" otherwise."""
+    return "" if row["other_key"] is None else f"{row['other_key']}/{row['trials'] - row['correct']}"
+
+
 def _grid_depths(rows: Sequence[dict[str, Any]]) -> bool:
     """Whether any retrieval row comes from cells with the fixed grid depths (then the note goes under the table)."""
     return any(r["depths"] == depth_setting("grid") for r in rows)
@@ -141,16 +155,25 @@ def by_fifth(trials: Sequence[dict[str, Any]]) -> str:
     return " ".join(f"{k}/{n}" for k, n in counts)
 
 
+def other_keys(trials: Sequence[dict[str, Any]]) -> int | None:
+    """How many wrong answers name another needle's key (``retrieval.other_needle``); None where no trial holds
+    distractors (single-key passkey, multi-value, cells recorded without their needles)."""
+    if not trials or any(len(t.get("needles") or ()) < 2 or t.get("asked") is None for t in trials):
+        return None
+    return sum(not t["correct"] and other_needle(t["answer"] or "", t["needles"], t["key"]) for t in trials)
+
+
 def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (task, length, method, factor): found / trials with the Wilson 95% interval, and per fifth of
-    the needle's depth (``by_fifth``)."""
+    """One row per (task, length, method, factor): found / trials with the Wilson 95% interval, per fifth of the
+    needle's depth (``by_fifth``) and, with distractors, the wrong answers that took another needle's key."""
     rows = []
     for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
         n, k = len(c["trials"]), sum(t["correct"] for t in c["trials"])
         lo, hi = wilson(k, n)
         rows.append({"task": _task(c), "length": c["length"], "method": c["method"], "factor": c["factor"],
                      "label": label(c["method"], c["factor"]), "correct": k, "trials": n,
-                     "by_fifth": by_fifth(c["trials"]), "depths": c.get("settings", {}).get("depths"),
+                     "by_fifth": by_fifth(c["trials"]), "other_key": other_keys(c["trials"]),
+                     "depths": c.get("settings", {}).get("depths"),
                      "accuracy": k / n if n else None, "wilson_low": lo, "wilson_high": hi,
                      "prompt_tokens": max((t["prompt_tokens"] for t in c["trials"]), default=None),
                      "seconds": sum(t["seconds"] for t in c["trials"]),
@@ -219,6 +242,12 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], papers: Seq
                 lines.setdefault(r["label"], []).append(f"{r['length']}: {r['correct']}/{r['trials']}")
         out.append(f"Retrieval, {task} (found / trials by prompt length): "
                    + "; ".join(f"{k} — {', '.join(v)}" for k, v in lines.items()) + ".")
+        for length in dict.fromkeys(r["length"] for r in passkey if r["task"] == task):
+            rows = [r for r in passkey if r["task"] == task and r["length"] == length and r["other_key"] is not None]
+            if any(r["correct"] < r["trials"] for r in rows):
+                out.append(f"[{task} at {length}] wrong answers naming another needle's key (read, wrong door) of "
+                           "all wrong answers: " + ", ".join(f"{r['label']} {r['other_key']}/{r['trials'] - r['correct']}"
+                                                              for r in rows if r["correct"] < r["trials"]) + ".")
     for group in tests:
         sig = [c for c in group["comparisons"] if c["significant"]]
         worse = lambda c: c["second"] if c["better"] == c["first"] else c["first"]  # noqa: E731
@@ -372,13 +401,19 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
                       "L₀ sit at in-range positions (blank buckets: not in that pass)."]
         lines.append("")
     if summary["passkey"]:
-        lines += ["## Retrieval", "", "| task | length | method | found | by fifth of depth | accuracy | Wilson 95% | s |",
-                  "|---|---|---|---|---|---|---|---|"]
+        other = _any_other_key(summary["passkey"])
+        head = ["task", "length", "method", "found", "by fifth of depth", *(["another key"] if other else []),
+                "accuracy", "Wilson 95%", "s"]
+        lines += ["## Retrieval", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in summary["passkey"]:
-            lines.append(f"| {r['task']} | {r['length']} | {r['label']} | {r['correct']}/{r['trials']} | "
-                         f"{r['by_fifth']} | {fmt_number(r['accuracy'])} | "
-                         f"{r['wilson_low']:.2f}–{r['wilson_high']:.2f} | {r['seconds']:.0f} |")
+            wrong = [_other_key_cell(r)] if other else []
+            lines.append("| " + " | ".join([r["task"], str(r["length"]), r["label"], f"{r['correct']}/{r['trials']}",
+                                           r["by_fifth"], *wrong, fmt_number(r["accuracy"]),
+                                           f"{r['wilson_low']:.2f}–{r['wilson_high']:.2f}", f"{r['seconds']:.0f}"])
+                         + " |")
         lines.append("")
+        if other:
+            lines += [OTHER_KEY_NOTE, ""]
         if _grid_depths(summary["passkey"]):
             lines += [GRID_DEPTHS_NOTE, ""]
     if summary.get("paired_tests"):
@@ -455,14 +490,18 @@ def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[s
     if summary["passkey"]:
         parts.append("<section id='passkey'><h2>Passkey retrieval</h2>")
         parts += [f"<img src='{esc(f)}' alt='passkey accuracy'>" for f in figures if f == "passkey.png"]
+        other = _any_other_key(summary["passkey"])
         parts.append("<table><tr><th>task</th><th>length</th><th>method</th><th>found</th><th>by fifth of depth</th>"
-                     "<th>accuracy</th><th>Wilson 95%</th><th>seconds</th></tr>")
+                     + ("<th>another key</th>" if other else "") + "<th>accuracy</th><th>Wilson 95%</th><th>seconds</th></tr>")
         for r in summary["passkey"]:
+            wrong = f"<td>{esc(_other_key_cell(r))}</td>" if other else ""
             parts.append(f"<tr><td>{esc(r['task'])}</td><td>{r['length']}</td><td>{esc(r['label'])}</td>"
-                         f"<td>{r['correct']}/{r['trials']}</td><td>{esc(r['by_fifth'])}</td>"
+                         f"<td>{r['correct']}/{r['trials']}</td><td>{esc(r['by_fifth'])}</td>{wrong}"
                          f"<td>{esc(fmt_number(r['accuracy']))}</td><td>{r['wilson_low']:.2f}–{r['wilson_high']:.2f}</td>"
                          f"<td>{r['seconds']:.0f}</td></tr>")
         parts.append("</table>")
+        if other:
+            parts.append(f"<p class='meta'>{esc(OTHER_KEY_NOTE)}</p>")
         if _grid_depths(summary["passkey"]):
             parts.append(f"<p class='meta'>{esc(GRID_DEPTHS_NOTE)}</p>")
         if summary.get("paired_tests"):

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-
 from typing import Any
 
 from posenc.extend.passkey import FILLER, INTRO, PrefixCaches
@@ -194,6 +194,14 @@ def score(answer: str, trial: RetrievalTrial) -> tuple[bool, float]:
         return hit == len(trial.answers), hit / len(trial.answers)
     ok = bool(runs) and runs[0] == trial.answers[0]
     return ok, float(ok)
+
+
+def other_needle(answer: str, needles: Sequence[Sequence[Any]], asked: str) -> bool:
+    """Whether a wrong answer names another needle's key (``needles``: (key, depth) pairs as a trial records them):
+    the model read the haystack but took a distractor's key, not the asked one — a failure of binding, not of
+    reaching the far tokens (an answer with no needle's key at all)."""
+    runs = _KEY.findall(answer)
+    return bool(runs) and runs[0] != asked and runs[0] in {str(n[0]) for n in needles}
 
 
 def shared_prefix_tokens(tokenizer: Any, task: str, length: int, count: int, *, seed: int = 0,

@@ -243,11 +243,11 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], papers: Seq
         out.append(f"Retrieval, {task} (found / trials by prompt length): "
                    + "; ".join(f"{k} — {', '.join(v)}" for k, v in lines.items()) + ".")
         for length in dict.fromkeys(r["length"] for r in passkey if r["task"] == task):
-            rows = [r for r in passkey if r["task"] == task and r["length"] == length and r["other_key"] is not None]
-            if any(r["correct"] < r["trials"] for r in rows):
+            wrong = [r for r in passkey if r["task"] == task and r["length"] == length and r["other_key"] is not None
+                     and r["correct"] < r["trials"]]
+            if wrong:
                 out.append(f"[{task} at {length}] wrong answers naming another needle's key (read, wrong door) of "
-                           "all wrong answers: " + ", ".join(f"{r['label']} {r['other_key']}/{r['trials'] - r['correct']}"
-                                                              for r in rows if r["correct"] < r["trials"]) + ".")
+                           "all wrong answers: " + ", ".join(f"{r['label']} {_other_key_cell(r)}" for r in wrong) + ".")
     for group in tests:
         sig = [c for c in group["comparisons"] if c["significant"]]
         worse = lambda c: c["second"] if c["better"] == c["first"] else c["first"]  # noqa: E731

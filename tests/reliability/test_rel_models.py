@@ -165,6 +165,13 @@ def test_special_token_ids_outside_the_vocabulary_are_named(tmp_path: Path, ids)
     assert_refused(hf_folder(tmp_path / "m", config={"eos_token_id": ids}), "eos_token_id")
 
 
+@pytest.mark.parametrize("key", ["bos_token", "eos_token"])
+@pytest.mark.parametrize("value", [-1, 10**9, True])
+def test_special_token_ids_in_tokenizer_config_outside_the_vocabulary_are_named(tmp_path: Path, key: str,
+                                                                              value) -> None:
+    assert_refused(hf_folder(tmp_path / "m", tokenizer_config={key: value}), key, repr(value))
+
+
 # -- 7. special files ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "model.safetensors"])
 def test_a_fifo_in_a_model_folder_is_refused_not_read_or_called_missing(tmp_path: Path, name: str) -> None:

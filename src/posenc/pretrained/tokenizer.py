@@ -137,7 +137,8 @@ def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | No
     eos_ids = hf_config.get("eos_token_id")
     eos_ids = [eos_ids] if isinstance(eos_ids, int) else eos_ids or []
     vocab = tok.get_vocab_size(with_added_tokens=True)
-    for key, ids in (("bos_token_id", [] if bos is None else [bos]), ("eos_token_id", eos_ids)):
+    for key, ids in (("bos_token_id", [] if bos is None else [bos]), ("eos_token", [] if eos is None else [eos]),
+                     ("eos_token_id", eos_ids)):
         if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab
                                                 for i in ids):
             raise ValueError(f"{folder}: {key} {ids!r} (config.json / tokenizer_config.json) must be token ids "

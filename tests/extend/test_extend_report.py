@@ -219,3 +219,46 @@ def test_multikey_rows_count_wrong_answers_that_took_another_needles_key(gen):
     single = dict(cell, task="passkey", trials=[dict(t, needles=t["needles"][:1], asked=None) for t in trials])
     assert summarise([single])["passkey"][0]["other_key"] is None
     assert "another key" not in markdown(summarise([single]), {"command": "test"})
+
+
+def test_multikey_rows_say_whether_answers_follow_the_needle_nearest_the_question(gen):
+    """recency: found when the asked needle is last against when another follows it, with Fisher's p (checked by
+    enumerating the hypergeometric splits), and the wrong answers naming the last needle against the count
+    expected if the wrong door were drawn at random — all counted here naively from random trials."""
+    import torch
+
+    from posenc.extend.report import LAST_NOTE, markdown, summarise
+
+    n, needles = 23, 4
+    trials = []
+    for t in range(n):
+        keys = [str(20000 + needles * t + i) for i in range(needles)]
+        depths = torch.rand(needles, generator=gen).tolist()
+        pick = int(torch.randint(0, needles + 1, (1,), generator=gen))  # needles: a key in no needle
+        answer = keys[pick] if pick < needles else "99999"
+        trials.append({"key": keys[0], "needles": [[k, d] for k, d in zip(keys, depths)], "asked": "red",
+                       "answer": f" {answer}.", "correct": pick == 0, "depth": depths[0], "prompt_tokens": 100,
+                       "seconds": 0.1})
+    last = [t["needles"][max(range(needles), key=lambda i: t["needles"][i][1])][0] for t in trials]
+    at_last = [t["key"] == k for t, k in zip(trials, last)]
+    k1 = sum(t["correct"] for t, a in zip(trials, at_last) if a)
+    n1 = sum(at_last)
+    k2 = sum(t["correct"] for t, a in zip(trials, at_last) if not a)
+    took = [(t, k, a) for t, k, a in zip(trials, last, at_last)
+            if not t["correct"] and t["answer"].strip(" .") in {x[0] for x in t["needles"]}]
+    cell = {"kind": "passkey", "task": "multikey", "method": "rope", "factor": None, "length": 128,
+            "original_max_len": 64, "name": "multikey-rope", "trials": trials, "settings": {"depths": "strata-5"}}
+    summary = summarise([cell])
+    r = summary["passkey"][0]["recency"]
+    assert (r["last"], r["found_last"], r["earlier"], r["found_earlier"]) == (n1, k1, n - n1, k2)
+    assert r["other"] == len(took) and r["other_last"] == sum(t["answer"].strip(" .") == k for t, k, _ in took)
+    assert r["other_chance"] == pytest.approx(sum(0 if a else 1 / (needles - 1) for _, _, a in took))
+    # Fisher by enumeration: every table with the same margins no more likely than the observed one
+    k, m = k1 + k2, n - n1
+    prob = {x: math.comb(n1, x) * math.comb(m, k - x) / math.comb(n, k) for x in range(max(0, k - m), min(k, n1) + 1)}
+    assert r["p"] == pytest.approx(sum(q for q in prob.values() if q <= prob[k1] * (1 + 1e-9)))
+    text = markdown(summary, {"command": "test"})
+    assert f"| {k1}/{n1} · {k2}/{n - n1} |" in text and LAST_NOTE in text
+    assert any(f"rope {k1}/{n1} · {k2}/{n - n1} ({r['p']:.2g})" in line for line in summary["reading"])
+    single = dict(cell, task="passkey", trials=[dict(t, needles=t["needles"][:1], asked=None) for t in trials])
+    assert summarise([single])["passkey"][0]["recency"] is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -10,8 +11,8 @@ import re
 import pytest
 
 from posenc.extend.passkey import FILLER
-from posenc.extend.retrieval import (DEPTH_MODES, DEPTHS, MULTIKEY, MULTIVALUE, TASKS, build_prompt, cell_trials,
-                                     make_trial, other_needle, score)
+from posenc.extend.retrieval import (DEPTH_MODES, DEPTHS, MULTIKEY, MULTIVALUE, TASKS, Needle, answered_key,
+                                     build_prompt, cell_trials, last_needle, make_trial, other_needle, score)
 from posenc.extend.stats import compare_methods, holm, mcnemar_exact, paired
 
 
@@ -100,6 +101,25 @@ def test_a_wrong_answer_is_told_apart_by_whether_it_names_another_needle(seed):
     # the first 5-digit run decides, as in score: a distractor named after the right key is no wrong door
     assert not other_needle(f" {asked} or {distractor}", needles, asked)
     assert other_needle(f" {distractor} or {asked}", needles, asked)
+
+
+def test_the_last_needle_is_the_one_the_prompt_places_nearest_the_question(tokenizer, seed):
+    """last_needle reads a trial's recorded (key, depth) pairs; the reference is the built prompt's token spans.
+    Ties of depth (every needle at one depth here, half of them in the second case) go the way build_prompt
+    places them."""
+    rng = random.Random(seed)
+    for index in range(6):
+        trial = make_trial(rng, "multikey", 1200, index=index)
+        tied = dataclasses.replace(trial, needles=tuple(dataclasses.replace(n, depth=trial.depth) for n in trial.needles))
+        half = dataclasses.replace(trial, needles=tuple(
+            dataclasses.replace(n, depth=0.9 if i % 2 else n.depth / 2) for i, n in enumerate(trial.needles)))
+        for t in (trial, tied, half):
+            spans = build_prompt(tokenizer, t).spans
+            want = t.needles[max(range(len(spans)), key=lambda i: spans[i][0])].key
+            assert last_needle([[n.key, n.depth] for n in t.needles]) == want
+    assert last_needle([["11111", 0.5], ["22222", 0.5]]) == "22222"
+    assert last_needle([[Needle("33333", 0.7).key, 0.7], ["44444", 0.2]]) == "33333"
+    assert answered_key(" 12345 or 67890") == "12345" and answered_key(" one two") is None
 
 
 def _enumerated_p(b: int, c: int) -> float:

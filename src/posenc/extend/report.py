@@ -20,8 +20,8 @@ from posenc.checkpoint import atomic_write_text
 from posenc.extend.methods import PLAIN, REMAPS
 from posenc.extend.papers import label, paper_checks, verdict_line
 from posenc.extend.passkey import wilson
-from posenc.extend.retrieval import depth_setting, other_needle
-from posenc.extend.stats import ALPHA, compare_methods
+from posenc.extend.retrieval import answered_key, depth_setting, last_needle, other_needle
+from posenc.extend.stats import ALPHA, compare_methods, fisher_exact
 from posenc.lab.report import CSS, fmt_number, pyplot
 
 BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket past L₀ whose perplexity exceeds this × its in-range one
@@ -163,6 +163,45 @@ def other_keys(trials: Sequence[dict[str, Any]]) -> int | None:
     return sum(not t["correct"] and other_needle(t["answer"] or "", t["needles"], t["key"]) for t in trials)
 
 
+#: the note under a retrieval table with distractors: where the asked needle stood decides more than the door
+LAST_NOTE = ("Asked last · earlier: found / trials where the asked door's needle was the last one before the question, "
+             "and where another needle followed it. Deep needles are more often last, so this overlaps the column by "
+             "fifth; the reading's count of wrong answers naming the last needle, against chance, does not.")
+
+
+def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Whether the answers follow the needle nearest the question (``retrieval.last_needle``) rather than the door
+    asked; None where no trial holds distractors.
+
+    ``last``/``found_last``: trials whose asked needle was placed last, and how many were found; ``earlier``/
+    ``found_earlier`` the rest. ``other``: wrong answers naming another needle's key, ``other_last`` those naming
+    the last needle, ``other_chance`` how many would if each took a distractor's key uniformly at random
+    (1 / (needles − 1) for each trial whose last needle is a distractor, 0 where the asked one is last); ``p``
+    Fisher's exact test of found-when-last against found-when-earlier (two-sided).
+    """
+    if not trials or any(len(t.get("needles") or ()) < 2 or t.get("asked") is None for t in trials):
+        return None
+    out = {"last": 0, "found_last": 0, "earlier": 0, "found_earlier": 0, "other": 0, "other_last": 0,
+           "other_chance": 0.0}
+    for t in trials:
+        last = last_needle(t["needles"])
+        where = "last" if last == str(t["key"]) else "earlier"
+        out[where] += 1
+        out["found_" + where] += bool(t["correct"])
+        if not t["correct"] and other_needle(t["answer"] or "", t["needles"], t["key"]):
+            out["other"] += 1
+            out["other_last"] += answered_key(t["answer"]) == last
+            out["other_chance"] += 0.0 if where == "last" else 1 / (len(t["needles"]) - 1)
+    out["p"] = fisher_exact(out["found_last"], out["last"], out["found_earlier"], out["earlier"])
+    return out
+
+
+def _last_cell(row: dict[str, Any]) -> str:
+    """"found/trials · found/trials" (asked needle last · earlier) for a row with distractors, "" otherwise."""
+    r = row.get("recency")
+    return "" if r is None else f"{r['found_last']}/{r['last']} · {r['found_earlier']}/{r['earlier']}"
+
+
 def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (task, length, method, factor): found / trials with the Wilson 95% interval, per fifth of the
     needle's depth (``by_fifth``) and, with distractors, the wrong answers that took another needle's key."""
@@ -173,6 +212,7 @@ def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"task": _task(c), "length": c["length"], "method": c["method"], "factor": c["factor"],
                      "label": label(c["method"], c["factor"]), "correct": k, "trials": n,
                      "by_fifth": by_fifth(c["trials"]), "other_key": other_keys(c["trials"]),
+                     "recency": recency(c["trials"]),
                      "depths": c.get("settings", {}).get("depths"),
                      "accuracy": k / n if n else None, "wilson_low": lo, "wilson_high": hi,
                      "prompt_tokens": max((t["prompt_tokens"] for t in c["trials"]), default=None),
@@ -248,6 +288,18 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], papers: Seq
             if wrong:
                 out.append(f"[{task} at {length}] wrong answers naming another needle's key (read, wrong door) of "
                            "all wrong answers: " + ", ".join(f"{r['label']} {_other_key_cell(r)}" for r in wrong) + ".")
+            near = [r for r in passkey if r["task"] == task and r["length"] == length and r.get("recency")]
+            if near:
+                out.append(f"[{task} at {length}] found where the asked needle is the last before the question · "
+                           "where another follows it (Fisher p): "
+                           + ", ".join(f"{r['label']} {_last_cell(r)} ({r['recency']['p']:.2g})" for r in near)
+                           + ".")
+            took = [r for r in near if r["recency"]["other"]]
+            if took:
+                out.append(f"[{task} at {length}] of the wrong answers naming another needle's key, those naming the "
+                           "needle nearest the question (expected if the wrong door were drawn at random): "
+                           + ", ".join(f"{r['label']} {r['recency']['other_last']}/{r['recency']['other']} "
+                                       f"({r['recency']['other_chance']:.1f})" for r in took) + ".")
     for group in tests:
         sig = [c for c in group["comparisons"] if c["significant"]]
         worse = lambda c: c["second"] if c["better"] == c["first"] else c["first"]  # noqa: E731
@@ -402,18 +454,18 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
         lines.append("")
     if summary["passkey"]:
         other = _any_other_key(summary["passkey"])
-        head = ["task", "length", "method", "found", "by fifth of depth", *(["another key"] if other else []),
-                "accuracy", "Wilson 95%", "s"]
+        head = ["task", "length", "method", "found", "by fifth of depth",
+                *(["another key", "asked last · earlier"] if other else []), "accuracy", "Wilson 95%", "s"]
         lines += ["## Retrieval", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in summary["passkey"]:
-            wrong = [_other_key_cell(r)] if other else []
+            wrong = [_other_key_cell(r), _last_cell(r)] if other else []
             lines.append("| " + " | ".join([r["task"], str(r["length"]), r["label"], f"{r['correct']}/{r['trials']}",
                                            r["by_fifth"], *wrong, fmt_number(r["accuracy"]),
                                            f"{r['wilson_low']:.2f}–{r['wilson_high']:.2f}", f"{r['seconds']:.0f}"])
                          + " |")
         lines.append("")
         if other:
-            lines += [OTHER_KEY_NOTE, ""]
+            lines += [OTHER_KEY_NOTE, "", LAST_NOTE, ""]
         if _grid_depths(summary["passkey"]):
             lines += [GRID_DEPTHS_NOTE, ""]
     if summary.get("paired_tests"):
@@ -492,16 +544,16 @@ def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[s
         parts += [f"<img src='{esc(f)}' alt='passkey accuracy'>" for f in figures if f == "passkey.png"]
         other = _any_other_key(summary["passkey"])
         parts.append("<table><tr><th>task</th><th>length</th><th>method</th><th>found</th><th>by fifth of depth</th>"
-                     + ("<th>another key</th>" if other else "") + "<th>accuracy</th><th>Wilson 95%</th><th>seconds</th></tr>")
+                     + ("<th>another key</th><th>asked last · earlier</th>" if other else "") + "<th>accuracy</th><th>Wilson 95%</th><th>seconds</th></tr>")
         for r in summary["passkey"]:
-            wrong = f"<td>{esc(_other_key_cell(r))}</td>" if other else ""
+            wrong = f"<td>{esc(_other_key_cell(r))}</td><td>{esc(_last_cell(r))}</td>" if other else ""
             parts.append(f"<tr><td>{esc(r['task'])}</td><td>{r['length']}</td><td>{esc(r['label'])}</td>"
                          f"<td>{r['correct']}/{r['trials']}</td><td>{esc(r['by_fifth'])}</td>{wrong}"
                          f"<td>{esc(fmt_number(r['accuracy']))}</td><td>{r['wilson_low']:.2f}–{r['wilson_high']:.2f}</td>"
                          f"<td>{r['seconds']:.0f}</td></tr>")
         parts.append("</table>")
         if other:
-            parts.append(f"<p class='meta'>{esc(OTHER_KEY_NOTE)}</p>")
+            parts.append(f"<p class='meta'>{esc(OTHER_KEY_NOTE)} {esc(LAST_NOTE)}</p>")
         if _grid_depths(summary["passkey"]):
             parts.append(f"<p class='meta'>{esc(GRID_DEPTHS_NOTE)}</p>")
         if summary.get("paired_tests"):

@@ -196,12 +196,25 @@ def score(answer: str, trial: RetrievalTrial) -> tuple[bool, float]:
     return ok, float(ok)
 
 
+def answered_key(answer: str) -> str | None:
+    """The key an answer names: its first 5-digit run, as ``score`` reads it (None where it names none)."""
+    runs = _KEY.findall(answer)
+    return runs[0] if runs else None
+
+
 def other_needle(answer: str, needles: Sequence[Sequence[Any]], asked: str) -> bool:
     """Whether a wrong answer names another needle's key (``needles``: (key, depth) pairs as a trial records them):
     the model read the haystack but took a distractor's key, not the asked one — a failure of binding, not of
     reaching the far tokens (an answer with no needle's key at all)."""
-    runs = _KEY.findall(answer)
-    return bool(runs) and runs[0] != asked and runs[0] in {str(n[0]) for n in needles}
+    key = answered_key(answer)
+    return key is not None and key != asked and key in {str(n[0]) for n in needles}
+
+
+def last_needle(needles: Sequence[Sequence[Any]]) -> str:
+    """The key of the needle placed last in the prompt, nearest the question (``needles``: (key, depth) pairs as a
+    trial records them, the asked one first): the deepest, ties going to the later needle as ``build_prompt``
+    places them. An answer naming it where another door was asked is a reading by recency, not by door."""
+    return str(max(enumerate(needles), key=lambda e: (e[1][1], e[0]))[1][0])
 
 
 def shared_prefix_tokens(tokenizer: Any, task: str, length: int, count: int, *, seed: int = 0,

@@ -227,7 +227,7 @@ def test_multikey_rows_say_whether_answers_follow_the_needle_nearest_the_questio
     expected if the wrong door were drawn at random — all counted here naively from random trials."""
     import torch
 
-    from posenc.extend.report import LAST_NOTE, markdown, summarise
+    from posenc.extend.report import PLACE_NOTE, markdown, summarise
 
     n, needles = 23, 4
     trials = []
@@ -257,8 +257,12 @@ def test_multikey_rows_say_whether_answers_follow_the_needle_nearest_the_questio
     k, m = k1 + k2, n - n1
     prob = {x: math.comb(n1, x) * math.comb(m, k - x) / math.comb(n, k) for x in range(max(0, k - m), min(k, n1) + 1)}
     assert r["p"] == pytest.approx(sum(q for q in prob.values() if q <= prob[k1] * (1 + 1e-9)))
+    # by place: the asked needle's rank among the needles, counted from the depths' order
+    place = [sorted(t["needles"], key=lambda x: x[1]).index(t["needles"][0]) for t in trials]
+    want = [[sum(t["correct"] for t, q in zip(trials, place) if q == i), place.count(i)] for i in range(needles)]
+    assert r["by_place"] == want and want[-1] == [k1, n1]
     text = markdown(summary, {"command": "test"})
-    assert f"| {k1}/{n1} · {k2}/{n - n1} |" in text and LAST_NOTE in text
+    assert " | " + " ".join(f"{a}/{b}" for a, b in want) + " | " in text and PLACE_NOTE in text
     assert any(f"rope {k1}/{n1} · {k2}/{n - n1} ({r['p']:.2g})" in line for line in summary["reading"])
     single = dict(cell, task="passkey", trials=[dict(t, needles=t["needles"][:1], asked=None) for t in trials])
     assert summarise([single])["passkey"][0]["recency"] is None

@@ -164,27 +164,38 @@ def other_keys(trials: Sequence[dict[str, Any]]) -> int | None:
 
 
 #: the note under a retrieval table with distractors: where the asked needle stood decides more than the door
-LAST_NOTE = ("Asked last · earlier: found / trials where the asked door's needle was the last one before the question, "
-             "and where another needle followed it. Deep needles are more often last, so this overlaps the column by "
-             "fifth; the reading's count of wrong answers naming the last needle, against chance, does not.")
+PLACE_NOTE = ("By place among needles: found / trials by the asked door's needle's place in the prompt, first to last "
+              "(last: nearest the question). Deep needles are more often last, so this overlaps the column by fifth; "
+              "the reading's count of wrong answers naming the last needle, against chance, does not.")
+
+
+def _placed(needles: Sequence[Sequence[Any]]) -> list[int]:
+    """Needle indices in prompt order (depth, ties in needle order: as ``retrieval.build_prompt`` places them)."""
+    return sorted(range(len(needles)), key=lambda i: (needles[i][1], i))
 
 
 def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """Whether the answers follow the needle nearest the question (``retrieval.last_needle``) rather than the door
     asked; None where no trial holds distractors.
 
+    ``by_place``: [found, trials] for each place the asked needle took among the needles, first to last.
     ``last``/``found_last``: trials whose asked needle was placed last, and how many were found; ``earlier``/
-    ``found_earlier`` the rest. ``other``: wrong answers naming another needle's key, ``other_last`` those naming
-    the last needle, ``other_chance`` how many would if each took a distractor's key uniformly at random
-    (1 / (needles − 1) for each trial whose last needle is a distractor, 0 where the asked one is last); ``p``
-    Fisher's exact test of found-when-last against found-when-earlier (two-sided).
+    ``found_earlier`` the rest; ``p`` Fisher's exact test of the two (two-sided). ``other``: wrong answers naming
+    another needle's key, ``other_last`` those naming the last needle, ``other_chance`` how many would if each took
+    a distractor's key uniformly at random (1 / (needles − 1) for each trial whose last needle is a distractor, 0
+    where the asked one is last).
     """
     if not trials or any(len(t.get("needles") or ()) < 2 or t.get("asked") is None for t in trials):
         return None
-    out = {"last": 0, "found_last": 0, "earlier": 0, "found_earlier": 0, "other": 0, "other_last": 0,
-           "other_chance": 0.0}
+    out: dict[str, Any] = {"by_place": [[0, 0] for _ in range(max(len(t["needles"]) for t in trials))],
+                           "last": 0, "found_last": 0, "earlier": 0, "found_earlier": 0,
+                           "other": 0, "other_last": 0, "other_chance": 0.0}
     for t in trials:
         last = last_needle(t["needles"])
+        asked = next(i for i, n in enumerate(t["needles"]) if str(n[0]) == str(t["key"]))
+        place = _placed(t["needles"]).index(asked) + len(out["by_place"]) - len(t["needles"])  # last stays last
+        out["by_place"][place][0] += bool(t["correct"])
+        out["by_place"][place][1] += 1
         where = "last" if last == str(t["key"]) else "earlier"
         out[where] += 1
         out["found_" + where] += bool(t["correct"])
@@ -196,10 +207,16 @@ def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def _place_cell(row: dict[str, Any]) -> str:
+    """Found/trials by the asked needle's place, first to last ("1/4 0/6 0/5 4/5"), "" without distractors."""
+    r = row.get("recency")
+    return "" if r is None else " ".join(f"{k}/{n}" for k, n in r["by_place"])
+
+
 def _last_cell(row: dict[str, Any]) -> str:
     """"found/trials · found/trials" (asked needle last · earlier) for a row with distractors, "" otherwise."""
-    r = row.get("recency")
-    return "" if r is None else f"{r['found_last']}/{r['last']} · {r['found_earlier']}/{r['earlier']}"
+    r = row["recency"]
+    return f"{r['found_last']}/{r['last']} · {r['found_earlier']}/{r['earlier']}"
 
 
 def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -455,17 +472,17 @@ def markdown(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     if summary["passkey"]:
         other = _any_other_key(summary["passkey"])
         head = ["task", "length", "method", "found", "by fifth of depth",
-                *(["another key", "asked last · earlier"] if other else []), "accuracy", "Wilson 95%", "s"]
+                *(["another key", "by place among needles"] if other else []), "accuracy", "Wilson 95%", "s"]
         lines += ["## Retrieval", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in summary["passkey"]:
-            wrong = [_other_key_cell(r), _last_cell(r)] if other else []
+            wrong = [_other_key_cell(r), _place_cell(r)] if other else []
             lines.append("| " + " | ".join([r["task"], str(r["length"]), r["label"], f"{r['correct']}/{r['trials']}",
                                            r["by_fifth"], *wrong, fmt_number(r["accuracy"]),
                                            f"{r['wilson_low']:.2f}–{r['wilson_high']:.2f}", f"{r['seconds']:.0f}"])
                          + " |")
         lines.append("")
         if other:
-            lines += [OTHER_KEY_NOTE, "", LAST_NOTE, ""]
+            lines += [OTHER_KEY_NOTE, "", PLACE_NOTE, ""]
         if _grid_depths(summary["passkey"]):
             lines += [GRID_DEPTHS_NOTE, ""]
     if summary.get("paired_tests"):
@@ -544,16 +561,16 @@ def html_page(summary: dict[str, Any], meta: dict[str, Any], figures: Sequence[s
         parts += [f"<img src='{esc(f)}' alt='passkey accuracy'>" for f in figures if f == "passkey.png"]
         other = _any_other_key(summary["passkey"])
         parts.append("<table><tr><th>task</th><th>length</th><th>method</th><th>found</th><th>by fifth of depth</th>"
-                     + ("<th>another key</th><th>asked last · earlier</th>" if other else "") + "<th>accuracy</th><th>Wilson 95%</th><th>seconds</th></tr>")
+                     + ("<th>another key</th><th>by place among needles</th>" if other else "") + "<th>accuracy</th><th>Wilson 95%</th><th>seconds</th></tr>")
         for r in summary["passkey"]:
-            wrong = f"<td>{esc(_other_key_cell(r))}</td><td>{esc(_last_cell(r))}</td>" if other else ""
+            wrong = f"<td>{esc(_other_key_cell(r))}</td><td>{esc(_place_cell(r))}</td>" if other else ""
             parts.append(f"<tr><td>{esc(r['task'])}</td><td>{r['length']}</td><td>{esc(r['label'])}</td>"
                          f"<td>{r['correct']}/{r['trials']}</td><td>{esc(r['by_fifth'])}</td>{wrong}"
                          f"<td>{esc(fmt_number(r['accuracy']))}</td><td>{r['wilson_low']:.2f}–{r['wilson_high']:.2f}</td>"
                          f"<td>{r['seconds']:.0f}</td></tr>")
         parts.append("</table>")
         if other:
-            parts.append(f"<p class='meta'>{esc(OTHER_KEY_NOTE)} {esc(LAST_NOTE)}</p>")
+            parts.append(f"<p class='meta'>{esc(OTHER_KEY_NOTE)} {esc(PLACE_NOTE)}</p>")
         if _grid_depths(summary["passkey"]):
             parts.append(f"<p class='meta'>{esc(GRID_DEPTHS_NOTE)}</p>")
         if summary.get("paired_tests"):

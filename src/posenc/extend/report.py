@@ -20,7 +20,7 @@ from posenc.checkpoint import atomic_write_text
 from posenc.extend.methods import PLAIN, REMAPS
 from posenc.extend.papers import label, paper_checks, verdict_line
 from posenc.extend.passkey import wilson
-from posenc.extend.retrieval import answered_key, depth_setting, last_needle, other_needle
+from posenc.extend.retrieval import answered_key, depth_setting, last_needle, other_needle, placement
 from posenc.extend.stats import ALPHA, compare_methods, fisher_exact
 from posenc.lab.report import CSS, fmt_number, pyplot
 
@@ -155,23 +155,10 @@ def by_fifth(trials: Sequence[dict[str, Any]]) -> str:
     return " ".join(f"{k}/{n}" for k, n in counts)
 
 
-def other_keys(trials: Sequence[dict[str, Any]]) -> int | None:
-    """How many wrong answers name another needle's key (``retrieval.other_needle``); None where no trial holds
-    distractors (single-key passkey, multi-value, cells recorded without their needles)."""
-    if not trials or any(len(t.get("needles") or ()) < 2 or t.get("asked") is None for t in trials):
-        return None
-    return sum(not t["correct"] and other_needle(t["answer"] or "", t["needles"], t["key"]) for t in trials)
-
-
 #: the note under a retrieval table with distractors: where the asked needle stood decides more than the door
 PLACE_NOTE = ("By place among needles: found / trials by the asked door's needle's place in the prompt, first to last "
               "(last: nearest the question). Deep needles are more often last, so this overlaps the column by fifth; "
               "the reading's count of wrong answers naming the last needle, against chance, does not.")
-
-
-def _placed(needles: Sequence[Sequence[Any]]) -> list[int]:
-    """Needle indices in prompt order (depth, ties in needle order: as ``retrieval.build_prompt`` places them)."""
-    return sorted(range(len(needles)), key=lambda i: (needles[i][1], i))
 
 
 def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -181,7 +168,7 @@ def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     ``by_place``: [found, trials] for each place the asked needle took among the needles, first to last.
     ``last``/``found_last``: trials whose asked needle was placed last, and how many were found; ``earlier``/
     ``found_earlier`` the rest; ``p`` Fisher's exact test of the two (two-sided). ``other``: wrong answers naming
-    another needle's key, ``other_last`` those naming the last needle, ``other_chance`` how many would if each took
+    another needle's key (``retrieval.other_needle``; the table's "another key"), ``other_last`` those naming the last needle, ``other_chance`` how many would if each took
     a distractor's key uniformly at random (1 / (needles − 1) for each trial whose last needle is a distractor, 0
     where the asked one is last).
     """
@@ -192,8 +179,8 @@ def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
                            "other": 0, "other_last": 0, "other_chance": 0.0}
     for t in trials:
         last = last_needle(t["needles"])
-        asked = next(i for i, n in enumerate(t["needles"]) if str(n[0]) == str(t["key"]))
-        place = _placed(t["needles"]).index(asked) + len(out["by_place"]) - len(t["needles"])  # last stays last
+        # the asked needle is recorded first; with fewer needles than the widest trial, last still counts as last
+        place = placement([n[1] for n in t["needles"]]).index(0) + len(out["by_place"]) - len(t["needles"])
         out["by_place"][place][0] += bool(t["correct"])
         out["by_place"][place][1] += 1
         where = "last" if last == str(t["key"]) else "earlier"
@@ -226,10 +213,10 @@ def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
         n, k = len(c["trials"]), sum(t["correct"] for t in c["trials"])
         lo, hi = wilson(k, n)
+        near = recency(c["trials"])
         rows.append({"task": _task(c), "length": c["length"], "method": c["method"], "factor": c["factor"],
                      "label": label(c["method"], c["factor"]), "correct": k, "trials": n,
-                     "by_fifth": by_fifth(c["trials"]), "other_key": other_keys(c["trials"]),
-                     "recency": recency(c["trials"]),
+                     "by_fifth": by_fifth(c["trials"]), "other_key": None if near is None else near["other"], "recency": near,
                      "depths": c.get("settings", {}).get("depths"),
                      "accuracy": k / n if n else None, "wilson_low": lo, "wilson_high": hi,
                      "prompt_tokens": max((t["prompt_tokens"] for t in c["trials"]), default=None),

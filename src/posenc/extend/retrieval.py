@@ -168,8 +168,7 @@ def build_prompt(tokenizer: Any, trial: RetrievalTrial) -> RetrievalPrompt:
         raise ValueError(f"{trial.task} length {trial.length} is too short: intro, needles and question alone take "
                          f"{trial.length - room} tokens")
     units = room // len(unit)
-    # needles in order of depth; ties keep the asked needle first
-    order = sorted(range(len(needles)), key=lambda n: (trial.needles[n].depth, n))
+    order = placement([n.depth for n in trial.needles])
     ids, spans, placed = list(head), [(0, 0)] * len(needles), 0
     for n in order:
         at = round(trial.needles[n].depth * units)
@@ -192,8 +191,14 @@ def score(answer: str, trial: RetrievalTrial) -> tuple[bool, float]:
     if trial.task == "multivalue":
         hit = sum(key in runs for key in trial.answers)
         return hit == len(trial.answers), hit / len(trial.answers)
-    ok = bool(runs) and runs[0] == trial.answers[0]
+    ok = answered_key(answer) == trial.answers[0]
     return ok, float(ok)
+
+
+def placement(depths: Sequence[float]) -> list[int]:
+    """Needle indices in the order a prompt places them: by depth, ties keeping needle order (the asked one first).
+    ``build_prompt`` places by it; the report reads a recorded trial's order from it."""
+    return sorted(range(len(depths)), key=lambda n: (depths[n], n))
 
 
 def answered_key(answer: str) -> str | None:
@@ -212,9 +217,9 @@ def other_needle(answer: str, needles: Sequence[Sequence[Any]], asked: str) -> b
 
 def last_needle(needles: Sequence[Sequence[Any]]) -> str:
     """The key of the needle placed last in the prompt, nearest the question (``needles``: (key, depth) pairs as a
-    trial records them, the asked one first): the deepest, ties going to the later needle as ``build_prompt``
-    places them. An answer naming it where another door was asked is a reading by recency, not by door."""
-    return str(max(enumerate(needles), key=lambda e: (e[1][1], e[0]))[1][0])
+    trial records them, the asked one first): the last in ``placement``. An answer naming it where another door was
+    asked is a reading by recency, not by door."""
+    return str(needles[placement([n[1] for n in needles])[-1]][0])
 
 
 def shared_prefix_tokens(tokenizer: Any, task: str, length: int, count: int, *, seed: int = 0,

@@ -168,9 +168,9 @@ def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     ``by_place``: [found, trials] for each place the asked needle took among the needles, first to last.
     ``last``/``found_last``: trials whose asked needle was placed last, and how many were found; ``earlier``/
     ``found_earlier`` the rest; ``p`` Fisher's exact test of the two (two-sided). ``other``: wrong answers naming
-    another needle's key (``retrieval.other_needle``; the table's "another key"), ``other_last`` those naming the last needle, ``other_chance`` how many would if each took
-    a distractor's key uniformly at random (1 / (needles − 1) for each trial whose last needle is a distractor, 0
-    where the asked one is last).
+    another needle's key (``retrieval.other_needle``; the table's "another key"), ``other_last`` those naming the
+    last needle, ``other_chance`` how many would if each took a distractor's key uniformly at random
+    (1 / (needles − 1) for each trial whose last needle is a distractor, 0 where the asked one is last).
     """
     if not trials or any(len(t.get("needles") or ()) < 2 or t.get("asked") is None for t in trials):
         return None
@@ -216,7 +216,8 @@ def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         near = recency(c["trials"])
         rows.append({"task": _task(c), "length": c["length"], "method": c["method"], "factor": c["factor"],
                      "label": label(c["method"], c["factor"]), "correct": k, "trials": n,
-                     "by_fifth": by_fifth(c["trials"]), "other_key": None if near is None else near["other"], "recency": near,
+                     "by_fifth": by_fifth(c["trials"]), "recency": near,
+                     "other_key": None if near is None else near["other"],
                      "depths": c.get("settings", {}).get("depths"),
                      "accuracy": k / n if n else None, "wilson_low": lo, "wilson_high": hi,
                      "prompt_tokens": max((t["prompt_tokens"] for t in c["trials"]), default=None),

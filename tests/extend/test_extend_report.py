@@ -266,3 +266,62 @@ def test_multikey_rows_say_whether_answers_follow_the_needle_nearest_the_questio
     assert any(f"rope {k1}/{n1} · {k2}/{n - n1} ({r['p']:.2g})" in line for line in summary["reading"])
     single = dict(cell, task="passkey", trials=[dict(t, needles=t["needles"][:1], asked=None) for t in trials])
     assert summarise([single])["passkey"][0]["recency"] is None
+
+
+def test_multikey_methods_are_paired_with_plain_rope_on_whether_they_reach_any_needle(gen):
+    """reach_tests: per method, the prompts where it named some needle's key (either door) and plain RoPE named
+    none, and the reverse, with the exact McNemar p (binomial tail summed here) and Holm over the methods — all
+    counted naively from random answers; a method that reaches on every prompt where plain never does is apart."""
+    import torch
+
+    from posenc.extend.report import summarise
+
+    n, needles = 20, 3
+
+    def cell(method, factor, kinds):  # 0 right, 1 a distractor's key, 2 no needle's key
+        trials = []
+        for t, kind in enumerate(kinds):
+            keys = [str(30000 + needles * t + i) for i in range(needles)]
+            answer = {0: keys[0], 1: keys[1 + t % (needles - 1)], 2: "1000000"}[kind]
+            trials.append({"key": keys[0], "needles": [[k, (i + 1) / (needles + 1)] for i, k in enumerate(keys)],
+                           "asked": "red", "answer": f" {answer}.", "correct": kind == 0, "depth": 0.5,
+                           "prompt_tokens": 100, "seconds": 0.1})
+        return {"kind": "passkey", "task": "multikey", "method": method, "factor": factor, "length": 128,
+                "original_max_len": 64, "name": f"multikey-{method}", "trials": trials,
+                "settings": {"depths": "strata-5"}}
+
+    plain = torch.randint(0, 3, (n,), generator=gen).tolist()
+    methods = {"rope-yarn": torch.randint(0, 3, (n,), generator=gen).tolist(),
+               "rope-ntk": torch.randint(0, 3, (n,), generator=gen).tolist(),
+               "dca": torch.randint(0, 2, (n,), generator=gen).tolist()}  # dca always reaches some needle
+    plain_none = [2] * n  # plain RoPE naming no needle on any prompt
+    for base in (plain, plain_none):
+        cells = [cell("rope", None, base)] + [cell(m, None if m == "dca" else 2.0, k) for m, k in methods.items()]
+        (group,) = summarise(cells)["reach_tests"]
+        assert group["plain"] == [sum(k < 2 for k in base), n]
+        rows = {r["label"]: r for r in group["methods"]}
+        assert set(rows) == {"dca", "rope-ntk ×2", "rope-yarn ×2"}
+        naive = {}
+        for name, m in [("dca", "dca"), ("rope-ntk ×2", "rope-ntk"), ("rope-yarn ×2", "rope-yarn")]:
+            b = sum(x < 2 and y == 2 for x, y in zip(methods[m], base))
+            c = sum(x == 2 and y < 2 for x, y in zip(methods[m], base))
+            tail = sum(math.comb(b + c, i) for i in range(min(b, c) + 1)) / 2 ** (b + c)
+            naive[name] = min(1.0, 2 * tail)
+            r = rows[name]
+            assert (r["only_first"], r["only_second"], r["reached"]) == (b, c, sum(x < 2 for x in methods[m]))
+            assert r["p"] == pytest.approx(naive[name])
+        ranked = sorted(naive, key=naive.get)  # Holm: k-th smallest × (3 − k), running maximum, capped at 1
+        holm, running = {}, 0.0
+        for i, name in enumerate(ranked):
+            running = max(running, min(1.0, (3 - i) * naive[name]))
+            holm[name] = running
+        for name, r in rows.items():
+            assert r["p_holm"] == pytest.approx(holm[name]) and r["significant"] == (holm[name] < 0.05)
+    # against plain_none, dca reaches on all 20 prompts plain misses: 2 · 2⁻²⁰ · 3 is far below 0.05
+    assert rows["dca"]["significant"] and rows["dca"]["only_first"] == n
+    line = next(s for s in summarise(cells)["reading"] if "answers naming some needle's key" in s)
+    assert f"plain RoPE 0/{n}; dca {n}/{n} ({n} · 0," in line and "significant at 0.05: dca" in line
+    # single-key cells have no doors: nothing to test
+    single = [dict(c, task="passkey", trials=[dict(t, needles=t["needles"][:1], asked=None) for t in c["trials"]])
+              for c in cells]
+    assert summarise(single)["reach_tests"] == []

@@ -4,7 +4,9 @@ For a checkpoint (HF folder or .gguf, loaded into posenc's own modules) and
 each method × factor, without fine-tuning: perplexity by position over one
 long causal pass per document, and needle retrieval (single- and multi-key
 passkeys, RULER's multi-value needle) by prompt length, with Wilson intervals
-and paired exact McNemar tests between methods. Methods are RoPE frequency
+and paired exact McNemar tests between methods (for multi-key also each
+method against plain RoPE on whether its answer names any needle's key: the
+needles reached, whichever door was taken). Methods are RoPE frequency
 scalings and position remappings (Self-Extend, ReRoPE, Leaky ReRoPE, STRING,
 Dual Chunk Attention). Cells are saved as they finish; the same command again
 resumes; --shard I/N runs every N-th cell so several sittings share a grid.

@@ -21,7 +21,7 @@ from posenc.extend.methods import PLAIN, REMAPS
 from posenc.extend.papers import label, paper_checks, verdict_line
 from posenc.extend.passkey import wilson
 from posenc.extend.retrieval import answered_key, depth_setting, last_needle, other_needle, placement
-from posenc.extend.stats import ALPHA, compare_methods, fisher_exact
+from posenc.extend.stats import ALPHA, compare_methods, fisher_exact, holm, paired
 from posenc.lab.report import CSS, fmt_number, pyplot
 
 BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket past L₀ whose perplexity exceeds this × its in-range one
@@ -244,8 +244,45 @@ def paired_tests(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def reached(trial: dict[str, Any]) -> bool:
+    """Whether a multi-key answer names some needle's key — the asked one or another door's: the model reached the
+    needles, whichever it bound. An answer naming none ("1000000", a near-copy) did not reach them at all."""
+    return bool(trial["correct"]) or other_needle(trial["answer"] or "", trial["needles"], trial["key"])
+
+
+def reach_tests(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (task, length) with distractors: each method against plain RoPE on ``reached``, the same prompts paired
+    (exact McNemar, Holm-adjusted over the methods at that length).
+
+    Past L₀ a method can fail two ways: positions the model never saw break its reading (no needle's key at all),
+    or it reads the needles and takes the wrong door. The paired tests on found/not mix the two; this one asks
+    only the first, against plain RoPE. ``only_first`` counts prompts where the method reached and plain RoPE did
+    not, ``only_second`` the reverse; ``reached`` is the method's count over the ``trials`` it shares with plain.
+    """
+    groups: dict[tuple[str, int], dict[str, list[bool]]] = {}
+    for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
+        if c["trials"] and recency(c["trials"]) is not None:
+            groups.setdefault((_task(c), c["length"]), {})[label(c["method"], c["factor"])] = [
+                reached(t) for t in c["trials"]]
+    plain = label(PLAIN, None)
+    out = []
+    for (task, length), outcomes in groups.items():
+        base = outcomes.get(plain)
+        if base is None or len(outcomes) < 2:
+            continue
+        rows = []
+        for name, got in outcomes.items():
+            if name != plain:
+                row = {"label": name, **paired(got, base)}
+                rows.append({**row, "reached": sum(got[:row["trials"]])})
+        for row, adj in zip(rows, holm([r["p"] for r in rows])):
+            row["p_holm"], row["significant"] = adj, adj < ALPHA
+        out.append({"task": task, "length": length, "plain": [sum(base), len(base)], "methods": rows})
+    return out
+
+
 def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], papers: Sequence[dict[str, Any]] = (),
-            tests: Sequence[dict[str, Any]] = ()) -> list[str]:
+            tests: Sequence[dict[str, Any]] = (), reach: Sequence[dict[str, Any]] = ()) -> list[str]:
     """Plain sentences computed from the summary (every number in them is measured)."""
     out = []
     for name, doc in loss.items():
@@ -312,6 +349,16 @@ def reading(loss: dict[str, Any], passkey: Sequence[dict[str, Any]], papers: Seq
         out.append(f"[{group['task']} at {group['length']}] paired exact McNemar, Holm-adjusted over "
                    f"{len(group['comparisons'])} pairs: " + (f"significant at {ALPHA:g}: {said}" if sig else
                                                              f"no difference significant at {ALPHA:g}") + ".")
+    for group in reach:
+        sig = [r["label"] for r in group["methods"] if r["significant"]]
+        k, n = group["plain"]
+        each = "; ".join(f"{r['label']} {r['reached']}/{r['trials']} ({r['only_first']} · {r['only_second']}, "
+                         f"p = {r['p']:.2g}, Holm {r['p_holm']:.2g})" for r in group["methods"])
+        out.append(f"[{group['task']} at {group['length']}] answers naming some needle's key, either door (the needles "
+                   f"reached, whichever was bound), against plain RoPE on the same prompts (only the method · only "
+                   f"plain RoPE, exact McNemar p, Holm over {len(group['methods'])}): plain RoPE {k}/{n}; {each}; "
+                   + (f"significant at {ALPHA:g}: {', '.join(sig)}" if sig else f"none significant at {ALPHA:g}")
+                   + ".")
     out += [line for line in map(verdict_line, papers) if line]
     return out
 
@@ -321,10 +368,11 @@ def summarise(cells: Sequence[dict[str, Any]]) -> dict[str, Any]:
     retrieval = [c for c in cells if c["kind"] == "passkey"]
     passkey = summarise_passkey(retrieval)
     tests = paired_tests(retrieval)
+    reach = reach_tests(retrieval)
     papers = paper_checks(loss, passkey, tests, break_ratio=BREAK_RATIO, flat_ratio=FLAT_RATIO, plain=PLAIN)
-    return {"loss": loss, "passkey": passkey, "paired_tests": tests, "papers": papers,
+    return {"loss": loss, "passkey": passkey, "paired_tests": tests, "reach_tests": reach, "papers": papers,
             "yarn_paper": papers[0],  # the results.json key of earlier reports
-            "reading": reading(loss, passkey, papers, tests),
+            "reading": reading(loss, passkey, papers, tests, reach),
             "thresholds": {"break": BREAK_RATIO, "flat": FLAT_RATIO, "alpha": ALPHA}}
 
 

@@ -161,6 +161,11 @@ PLACE_NOTE = ("By place among needles: found / trials by the asked door's needle
               "the reading's count of wrong answers naming the last needle, against chance, does not.")
 
 
+def has_distractors(trials: Sequence[dict[str, Any]]) -> bool:
+    """Whether every trial hid several needles and asked for one door (multi-key), so wrong doors can be told."""
+    return bool(trials) and all(len(t.get("needles") or ()) >= 2 and t.get("asked") is not None for t in trials)
+
+
 def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """Whether the answers follow the needle nearest the question (``retrieval.last_needle``) rather than the door
     asked; None where no trial holds distractors.
@@ -172,7 +177,7 @@ def recency(trials: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     last needle, ``other_chance`` how many would if each took a distractor's key uniformly at random
     (1 / (needles − 1) for each trial whose last needle is a distractor, 0 where the asked one is last).
     """
-    if not trials or any(len(t.get("needles") or ()) < 2 or t.get("asked") is None for t in trials):
+    if not has_distractors(trials):
         return None
     out: dict[str, Any] = {"by_place": [[0, 0] for _ in range(max(len(t["needles"]) for t in trials))],
                            "last": 0, "found_last": 0, "earlier": 0, "found_earlier": 0,
@@ -206,11 +211,27 @@ def _last_cell(row: dict[str, Any]) -> str:
     return f"{r['found_last']}/{r['last']} · {r['found_earlier']}/{r['earlier']}"
 
 
+def _retrieval_order(c: dict[str, Any]) -> tuple:
+    """Cells by task, length, plain RoPE first, then method and factor: the order of the table and the tests."""
+    return _task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0
+
+
+def _outcomes(cells: Sequence[dict[str, Any]], outcome: Any) -> dict[tuple[str, int], dict[str, list[bool]]]:
+    """Per (task, length): label → ``outcome(trial)`` for each trial in order (trial i is the same prompt for every
+    method), over the cells with trials."""
+    groups: dict[tuple[str, int], dict[str, list[bool]]] = {}
+    for c in sorted(cells, key=_retrieval_order):
+        if c["trials"]:
+            groups.setdefault((_task(c), c["length"]), {})[label(c["method"], c["factor"])] = [
+                bool(outcome(t)) for t in c["trials"]]
+    return groups
+
+
 def summarise_passkey(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (task, length, method, factor): found / trials with the Wilson 95% interval, per fifth of the
     needle's depth (``by_fifth``) and, with distractors, the wrong answers that took another needle's key."""
     rows = []
-    for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
+    for c in sorted(cells, key=_retrieval_order):
         n, k = len(c["trials"]), sum(t["correct"] for t in c["trials"])
         lo, hi = wilson(k, n)
         near = recency(c["trials"])
@@ -232,13 +253,8 @@ def paired_tests(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     Trials are paired by index (the same seeded prompt for every method); a cell with fewer trials is
     compared on its first trials only.
     """
-    groups: dict[tuple[str, int], dict[str, list[bool]]] = {}
-    for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
-        if c["trials"]:
-            groups.setdefault((_task(c), c["length"]), {})[label(c["method"], c["factor"])] = [
-                bool(t["correct"]) for t in c["trials"]]
     out = []
-    for (task, length), outcomes in groups.items():
+    for (task, length), outcomes in _outcomes(cells, lambda t: t["correct"]).items():
         if len(outcomes) > 1:
             out.append({"task": task, "length": length, "comparisons": compare_methods(outcomes)})
     return out
@@ -259,14 +275,9 @@ def reach_tests(cells: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     only the first, against plain RoPE. ``only_first`` counts prompts where the method reached and plain RoPE did
     not, ``only_second`` the reverse; ``reached`` is the method's count over the ``trials`` it shares with plain.
     """
-    groups: dict[tuple[str, int], dict[str, list[bool]]] = {}
-    for c in sorted(cells, key=lambda c: (_task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0)):
-        if c["trials"] and recency(c["trials"]) is not None:
-            groups.setdefault((_task(c), c["length"]), {})[label(c["method"], c["factor"])] = [
-                reached(t) for t in c["trials"]]
     plain = label(PLAIN, None)
     out = []
-    for (task, length), outcomes in groups.items():
+    for (task, length), outcomes in _outcomes([c for c in cells if has_distractors(c["trials"])], reached).items():
         base = outcomes.get(plain)
         if base is None or len(outcomes) < 2:
             continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,7 +216,8 @@ def _retrieval_order(c: dict[str, Any]) -> tuple:
     return _task(c), c["length"], c["method"] != PLAIN, c["method"], c["factor"] or 0
 
 
-def _outcomes(cells: Sequence[dict[str, Any]], outcome: Any) -> dict[tuple[str, int], dict[str, list[bool]]]:
+def _outcomes(cells: Sequence[dict[str, Any]],
+              outcome: Callable[[dict[str, Any]], Any]) -> dict[tuple[str, int], dict[str, list[bool]]]:
     """Per (task, length): label → ``outcome(trial)`` for each trial in order (trial i is the same prompt for every
     method), over the cells with trials."""
     groups: dict[tuple[str, int], dict[str, list[bool]]] = {}

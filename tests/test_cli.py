@@ -18,7 +18,7 @@ FLAGS = {
     "extend": ["--depths", "--device", "--dtype", "--factors", "--json", "--layers", "--lengths", "--max-tokens", "--methods",
                "--no-shared-prefix", "--original-max-len", "--out", "--passkey-trials", "--quick", "--quiet", "--report-only", "--seed",
                "--shard", "--tasks", "--text", "--threads", "--weights"],
-    "export": ["--format", "--json", "--out", "--position", "--position-option", "--quiet", "--setting"],
+    "export": ["--format", "--json", "--layers", "--out", "--position", "--position-option", "--quiet", "--setting"],
     "explore": ["--host", "--no-browser", "--port", "--quiet", "--threads"],
     "finetune": [],
     "finetune grid": ["--out", "--quick", "--quiet", "--set", "--shard", "--stage", "--threads"],

@@ -11,6 +11,12 @@ A LongRoPE search's result exports as it was found:
     posenc export MODEL --setting runs/longrope/result.json --format hf --out model-longrope
 
 (``--setting`` reads its ``method`` and ``options``; ``--position-option`` pairs override them).
+
+Gemma 3 (every sixth layer global): the scheme goes to the global layers, as the family does itself;
+``--layers all`` scales the sliding ones too (HF only: llama.cpp keeps them unscaled):
+
+    posenc export gemma-3-270m.gguf --position rope-yarn --position-option factor=2 --out gemma3-yarn2
+
 See ``posenc.extend.export``.
 """
 
@@ -22,6 +28,7 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     from posenc.cli_options import add_json, add_position, add_quiet
+    from posenc.extend.methods import LAYER_CHOICES
 
     p = sub.add_parser("export", help="write a checkpoint with a RoPE scaling as an HF folder and a GGUF",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "result.json of `posenc finetune search` (LongRoPE); replaces --position")
     p.add_argument("--format", default="hf,gguf", metavar="hf,gguf",
                    help="which outputs: hf, gguf or both (default both)")
+    p.add_argument("--layers", choices=LAYER_CHOICES, default=None,
+                   help="which layers of a Gemma 3 checkpoint take the scheme: global (default, what the family "
+                        "does; the only choice a GGUF can state) or all/rotary (HF only); a llama checkpoint has one "
+                        "scheme for every layer")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (the GGUF is DIR/model.gguf)")
     add_json(p, help="also write what was written as JSON to FILE ('-': print it on stdout)")
     add_quiet(p)
@@ -51,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         position, found = read_setting(Path(args.setting))
         options = {**found, **options}
     with hold_out(Path(args.out)):  # one export per folder: two would mix their config.json, weights and GGUF
-        result = export_model(args.model, position, options, args.out, formats=formats)
+        result = export_model(args.model, position, options, args.out, formats=formats, layers=args.layers)
     if not args.quiet:
         print(f"rope_parameters: {result['rope_parameters']}; GGUF keys: {result['gguf_rope'] or 'none (plain RoPE)'}")
         for path in result.get("hf", []) + ([result["gguf"]] if "gguf" in result else []):

@@ -48,13 +48,27 @@ Refused by name, saying which format lacks it (``REFUSED``): dynamic NTK (HF's
 posenc's modes; GGUF has no dynamic type), the remapping methods (Self-Extend,
 ReRoPE, STRING, DCA: no field of either format; llama.cpp's Self-Extend is a
 run-time flag, ``--grp-attn-n/--grp-attn-w``, not model metadata), and every
-other scheme. Only models of the ``llama`` family with one scheme for every
-layer are exported.
+other scheme.
 
-Reference used to verify: HF ``LlamaForCausalLM.from_pretrained`` on the
-exported folder, posenc's own readers on both outputs, and transformers' GGUF
-loader (``from_pretrained(..., gguf_file=...)``), on tiny random models
-(``tests/extend/test_export.py``).
+Two families are exported (``FAMILIES``): ``llama`` (one scheme for every
+layer) and Gemma 3 (``gemma3_text``: five sliding layers with base 10⁴, then a
+global one with base 10⁶). For Gemma 3, ``layers`` says which layers take the
+scheme, as ``posenc extend --layers`` does: ``global`` (the default, what the
+family itself does — Gemma 3 4B–27B ship linear ×8 on their global layers) or
+``all`` (``rotary`` is the same here: every Gemma 3 layer rotates). HF spells
+both with its per-layer-type ``rope_parameters`` ({"full_attention": …,
+"sliding_attention": …}, each block with its own base). The GGUF is written as
+llama.cpp's ``gemma3`` architecture (norm gains stored as 1 + w, rows as HF
+stores them); llama.cpp fixes that architecture's sliding layers at base 10⁴,
+unscaled (``rope_freq_scale_train_swa = 1``), and its plan at every sixth layer
+global, so a GGUF is written for ``global`` only and for a checkpoint whose plan
+and local base are those; anything else is refused, naming the fix.
+
+Reference used to verify: HF ``LlamaForCausalLM`` / ``Gemma3ForCausalLM``
+``from_pretrained`` on the exported folder, posenc's own readers on both
+outputs, and transformers' GGUF loader (``from_pretrained(..., gguf_file=...)``),
+on tiny random models (``tests/extend/test_export.py``,
+``tests/extend/test_export_gemma3.py``). llama.cpp itself is not run here.
 """
 
 from __future__ import annotations
@@ -68,6 +82,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posenc.families.gemma3 import FULL_ATTENTION as GLOBAL
+from posenc.families.gemma3 import SLIDING
 from posenc.positions.rotary import convert_qk_weight
 from posenc.positions.rotary_scaling import ntk_base, yarn_mscale
 
@@ -92,6 +108,8 @@ REFUSED: dict[str, dict[str, str]] = {
                                                             "dca")},
 }
 FORMATS = ("hf", "gguf")
+#: HF model_type → the GGUF architecture the export writes (None: a config that states none, read as llama)
+FAMILIES = {"llama": "llama", None: "llama", "gemma3_text": "gemma3"}
 
 
 def refusal(position: str, fmt: str) -> str | None:
@@ -278,12 +296,17 @@ def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config
 # -- writing -------------------------------------------------------------------------------------------------
 
 
-def exported_config(src: Source, spelled: RopeSpelling) -> dict[str, Any]:
-    config = {k: v for k, v in src.hf_config.items() if k not in ("rope_scaling", "rope_parameters", "rope_theta")}
-    config["rope_parameters"] = spelled.hf
-    config["rope_theta"] = spelled.hf["rope_theta"]
-    config["max_position_embeddings"] = spelled.max_position_embeddings
-    config.setdefault("architectures", ["LlamaForCausalLM"])
+def exported_config(src: Source, spelled: dict[str | None, RopeSpelling], main: str | None) -> dict[str, Any]:
+    """The source's config.json with the RoPE block(s) of ``spelled`` ({layer type or None: spelling})."""
+    config = {k: v for k, v in src.hf_config.items()
+              if k not in ("rope_scaling", "rope_parameters", "rope_theta", "rope_local_base_freq")}
+    if main is None:
+        config["rope_parameters"] = spelled[None].hf
+        config["rope_theta"] = spelled[None].hf["rope_theta"]
+    else:  # transformers 5's per-layer-type form, each block with its own base
+        config["rope_parameters"] = {t: s.hf for t, s in spelled.items()}
+    config["max_position_embeddings"] = spelled[main].max_position_embeddings
+    config.setdefault("architectures", ["LlamaForCausalLM" if main is None else "Gemma3ForCausalLM"])
     config.setdefault("tie_word_embeddings", "lm_head.weight" not in src.tensors)
     return config
 
@@ -304,10 +327,13 @@ def write_hf(out: Path, src: Source, config: dict[str, Any]) -> list[Path]:
     return paths
 
 
-def _gguf_tensors(src: Source, config: dict[str, Any]) -> Iterator[tuple[str, Tensor]]:
-    """(GGUF name, float32 tensor in llama.cpp's layout): q/k rows half → interleaved per head."""
+def _gguf_tensors(src: Source, config: dict[str, Any], arch: str = "llama") -> Iterator[tuple[str, Tensor]]:
+    """(GGUF name, float32 tensor in llama.cpp's layout) as its converter writes architecture ``arch``:
+    llama's q/k rows half → interleaved per head; Gemma's norm gains stored as 1 + w."""
     from posenc.formats.gguf import _gguf_name
+    from posenc.formats.gguf_arch import ARCHS
 
+    spec = ARCHS[arch]
     heads = {"q_proj": config["num_attention_heads"], "k_proj": config.get("num_key_value_heads",
                                                                            config["num_attention_heads"])}
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
@@ -315,21 +341,45 @@ def _gguf_tensors(src: Source, config: dict[str, Any]) -> Iterator[tuple[str, Te
         if name == "lm_head.weight" and config.get("tie_word_embeddings"):
             continue
         proj = name.split(".")[-2]
-        if proj in heads:
+        if spec.permuted_qk and proj in heads:
             # llama.cpp's convert_hf_to_gguf.py, LlamaModel.permute: each head's (2, d/2) halves → (d/2, 2) pairs
             t = convert_qk_weight(t, num_heads=heads[proj], head_dim=head_dim, source="half", target="interleaved")
-        yield _gguf_name(name), t
+        if spec.norm_shift and name.endswith("norm.weight"):
+            t = t + spec.norm_shift  # Gemma3Model.modify_tensors: llama.cpp's RMSNorm multiplies by the stored gain
+        yield _gguf_name(name, arch), t
 
 
-def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpelling) -> Path:
-    """A float32 llama GGUF with the RoPE keys of ``spelled`` and the source's tokenizer metadata."""
+def _add_tokenizer(writer: Any, tok: dict[str, Any]) -> None:
+    """The source's ``tokenizer.*`` metadata, key by key (a SentencePiece vocabulary keeps its scores)."""
+    writer.add_tokenizer_model(str(tok["tokenizer.ggml.model"]))
+    writer.add_tokenizer_pre(str(tok.get("tokenizer.ggml.pre", "default")))
+    writer.add_token_list(list(tok["tokenizer.ggml.tokens"]))
+    writer.add_token_types([int(t) for t in tok.get("tokenizer.ggml.token_type", [])] or
+                           [1] * len(tok["tokenizer.ggml.tokens"]))
+    if tok.get("tokenizer.ggml.scores") is not None:
+        writer.add_token_scores([float(v) for v in tok["tokenizer.ggml.scores"]])
+    if tok.get("tokenizer.ggml.merges"):
+        writer.add_token_merges(list(tok["tokenizer.ggml.merges"]))
+    for key, add in (("bos_token_id", writer.add_bos_token_id), ("eos_token_id", writer.add_eos_token_id),
+                     ("padding_token_id", writer.add_pad_token_id), ("unknown_token_id", writer.add_unk_token_id)):
+        if f"tokenizer.ggml.{key}" in tok:
+            add(int(tok[f"tokenizer.ggml.{key}"]))
+    for key, add in (("add_bos_token", writer.add_add_bos_token), ("add_eos_token", writer.add_add_eos_token),
+                     ("add_space_prefix", writer.add_add_space_prefix)):
+        if f"tokenizer.ggml.{key}" in tok:
+            add(bool(tok[f"tokenizer.ggml.{key}"]))
+    if "tokenizer.chat_template" in tok:
+        writer.add_chat_template(str(tok["tokenizer.chat_template"]))
+
+
+def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpelling, *,
+               arch: str = "llama") -> Path:
+    """A float32 GGUF of architecture ``arch`` with the RoPE keys of ``spelled`` (Gemma 3: its global layers')
+    and the source's tokenizer metadata."""
     import gguf
 
-    if not src.gguf_tokenizer:
-        raise ValueError("the tokenizer has no GGUF spelling posenc writes (byte-level BPE with a GPT-2 or SmolLM "
-                         "pre-tokenizer); export --format hf only")
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name(str(config.get("_name_or_path", "posenc export")))
     writer.add_context_length(int(config["max_position_embeddings"]))
     writer.add_embedding_length(int(config["hidden_size"]))
@@ -343,6 +393,10 @@ def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpe
     writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
     writer.add_vocab_size(int(config["vocab_size"]))
     writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    if arch == "gemma3":  # Gemma3Model.set_gguf_parameters: the window, and the final soft cap where there is one
+        writer.add_sliding_window(int(config["sliding_window"]))
+        if config.get("final_logit_softcapping"):
+            writer.add_final_logit_softcapping(float(config["final_logit_softcapping"]))
     rope = spelled.gguf
     writer.add_rope_freq_base(float(rope.get("freq_base", spelled.hf["rope_theta"])))
     if "scaling.type" in rope:
@@ -353,23 +407,8 @@ def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpe
         writer.add_rope_scaling_attn_factors(float(rope["scaling.attn_factor"]))
         writer.add_rope_scaling_yarn_beta_fast(float(rope["scaling.yarn_beta_fast"]))
         writer.add_rope_scaling_yarn_beta_slow(float(rope["scaling.yarn_beta_slow"]))
-    tok = src.gguf_tokenizer
-    writer.add_tokenizer_model(str(tok["tokenizer.ggml.model"]))
-    writer.add_tokenizer_pre(str(tok.get("tokenizer.ggml.pre", "default")))
-    writer.add_token_list(list(tok["tokenizer.ggml.tokens"]))
-    writer.add_token_types([int(t) for t in tok.get("tokenizer.ggml.token_type", [])] or
-                           [1] * len(tok["tokenizer.ggml.tokens"]))
-    if tok.get("tokenizer.ggml.merges"):
-        writer.add_token_merges(list(tok["tokenizer.ggml.merges"]))
-    for key, add in (("bos_token_id", writer.add_bos_token_id), ("eos_token_id", writer.add_eos_token_id),
-                     ("padding_token_id", writer.add_pad_token_id), ("unknown_token_id", writer.add_unk_token_id)):
-        if f"tokenizer.ggml.{key}" in tok:
-            add(int(tok[f"tokenizer.ggml.{key}"]))
-    if "tokenizer.ggml.add_bos_token" in tok:
-        writer.add_add_bos_token(bool(tok["tokenizer.ggml.add_bos_token"]))
-    if "tokenizer.chat_template" in tok:
-        writer.add_chat_template(str(tok["tokenizer.chat_template"]))
-    for name, t in _gguf_tensors(src, config):
+    _add_tokenizer(writer, src.gguf_tokenizer)
+    for name, t in _gguf_tensors(src, config, arch):
         writer.add_tensor(name, t.detach().to(torch.float32).contiguous().numpy())
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -379,36 +418,47 @@ def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpe
 
 
 def export_model(source: str | Path, position: str, options: dict[str, Any], out: str | Path, *,
-                 formats: tuple[str, ...] = FORMATS) -> dict[str, Any]:
+                 formats: tuple[str, ...] = FORMATS, layers: str | None = None) -> dict[str, Any]:
     """Write ``source`` with ``position`` + ``options`` as an HF folder and/or a GGUF under ``out``.
 
+    Args:
+        layers: which layers take the scheme in a Gemma 3 checkpoint — ``global`` (None: the family's own
+            choice) or ``all``/``rotary``; a llama checkpoint has one scheme for every layer (any choice).
+
     Returns:
-        {"hf": [paths], "gguf": path, "rope_parameters": block, "gguf_rope": keys}.
+        {"hf": [paths], "gguf": path, "rope_parameters": block (Gemma 3: a block per layer type),
+        "gguf_rope": keys, "max_position_embeddings": N, "layers": the choice applied}.
 
     Raises:
-        ValueError: a scheme with no spelling in an asked format (named, with the format), a model that is not
-            a Llama-family model with one scheme for every layer, or options the scheme refuses.
+        ValueError: a scheme with no spelling in an asked format (named, with the format), a model outside
+            ``FAMILIES``, an already scaled checkpoint, a layer choice the asked format cannot state, or
+            options the scheme refuses. Nothing is written then.
     """
     from posenc import positions
+    from posenc.extend.methods import LAYER_CHOICES
 
     position = positions.canonical(position)
     unknown = [f for f in formats if f not in FORMATS]
     if unknown or not formats:
         raise ValueError(f"--format takes {', '.join(FORMATS)}, got {list(formats)}")
+    if layers is not None and layers not in LAYER_CHOICES:
+        raise ValueError(f"--layers {layers!r} is not one of {', '.join(LAYER_CHOICES)}")
     check_exportable(position, formats)
     src = read_source(source)
-    if src.hf_config.get("model_type") not in ("llama", None):
-        raise ValueError(f"{source}: model_type {src.hf_config.get('model_type')!r}; export writes Llama-family "
-                         "models with one RoPE for every layer")
-    if src.hf_config.get("rope_scaling") or (src.hf_config.get("rope_parameters") or {}).get("rope_type",
-                                                                                             "default") != "default":
+    model_type = src.hf_config.get("model_type")
+    if model_type not in FAMILIES:
+        raise ValueError(f"{source}: model_type {model_type!r}; export writes "
+                         f"{', '.join(repr(t) for t in FAMILIES if t)} checkpoints")
+    arch = FAMILIES[model_type]
+    blocks = _rope_blocks(src, source)
+    if any(b.get("rope_type", "default") != "default" for b in blocks.values()):
         raise ValueError(f"{source}: the checkpoint is already RoPE-scaled; export starts from plain RoPE")
     heads = int(src.hf_config["num_attention_heads"])
     head_dim = int(src.hf_config.get("head_dim") or int(src.hf_config["hidden_size"]) // heads)
     rotary_dim = int(head_dim * float(src.hf_config.get("partial_rotary_factor", 1.0)))
-    base = float((src.hf_config.get("rope_parameters") or {}).get("rope_theta", src.hf_config.get("rope_theta",
-                                                                                                  10000.0)))
     l0 = int(src.hf_config["max_position_embeddings"])
+    main = GLOBAL if GLOBAL in blocks else None  # the block whose layers always take the scheme
+    base = float(blocks[main]["rope_theta"])
     if "original_max_len" in positions.option_names(position) and "original_max_len" not in options:
         options = {**options, "original_max_len": l0}  # the checkpoint's L0, not the scheme's generic default
     # the scheme itself checks the options (a typo or a bad value fails here, before anything is written)
@@ -416,17 +466,62 @@ def export_model(source: str | Path, position: str, options: dict[str, Any], out
     given = {k: v for k, v in built.options().items() if k not in ("head_dim", "base", "pairing", "rotary_dim")}
     if position != "rope" and "factor" not in options:
         raise ValueError(f"--position {position} needs --position-option factor=S (the extension factor)")
-    spelled = spelling(position, given, base=base, rotary_dim=rotary_dim, l0=l0)
-    config = exported_config(src, spelled)
+    choice = "all" if main is None else (layers or "global")
+    scaled = {main} if choice == "global" else set(blocks)
+    spelled = {t: spelling(position if t in scaled else "rope", given if t in scaled else {},
+                           base=float(b["rope_theta"]), rotary_dim=rotary_dim, l0=l0) for t, b in blocks.items()}
+    if "gguf" in formats and arch == "gemma3":
+        check_gemma3_gguf(src.hf_config, blocks, position, choice)
+    if "gguf" in formats and not src.gguf_tokenizer:
+        raise ValueError(f"{source}: the tokenizer has no GGUF spelling posenc writes (byte-level BPE with a GPT-2 or "
+                         "SmolLM pre-tokenizer, or a GGUF source's own vocabulary); export with --format hf")
+    config = exported_config(src, spelled, main)
     out = Path(out)
-    result: dict[str, Any] = {"rope_parameters": spelled.hf, "gguf_rope": spelled.gguf,
-                              "max_position_embeddings": spelled.max_position_embeddings}
+    result: dict[str, Any] = {"rope_parameters": config["rope_parameters"], "gguf_rope": spelled[main].gguf,
+                              "max_position_embeddings": spelled[main].max_position_embeddings, "layers": choice}
     if "hf" in formats:
         result["hf"] = [str(p) for p in write_hf(out, src, config)]
     if "gguf" in formats:
         out.mkdir(parents=True, exist_ok=True)
-        result["gguf"] = str(write_gguf(out / "model.gguf", src, config, spelled))
+        result["gguf"] = str(write_gguf(out / "model.gguf", src, config, spelled[main], arch=arch))
     return result
 
 
-__all__ = ["FORMATS", "GGUF_TYPES", "HF_TYPES", "REFUSED", "check_exportable", "export_model", "refusal", "spelling"]
+def _rope_blocks(src: Source, source: str | Path) -> dict[str | None, dict[str, Any]]:
+    """{layer type: RoPE block} of the checkpoint: {None: block} for llama, Gemma 3's two types otherwise."""
+    from posenc.families.gemma3 import layer_ropes
+    from posenc.families.hf_config import HFConfig
+    from posenc.families.rope import rope_blocks
+
+    c = HFConfig(src.hf_config, source=str(source))
+    if src.hf_config.get("model_type") == "gemma3_text":
+        return layer_ropes(c)
+    blocks = rope_blocks(c)
+    if None not in blocks:
+        raise ValueError(f"{source}: rope_parameters has per-layer-type blocks {sorted(blocks)}; a llama checkpoint "
+                         "has one RoPE for every layer")
+    return blocks
+
+
+def check_gemma3_gguf(config: dict[str, Any], blocks: dict[str | None, dict[str, Any]], position: str,
+                      choice: str) -> None:
+    """Refuse a Gemma 3 GGUF llama.cpp would not run as the HF folder: it fixes the sliding layers at base 10⁴,
+    unscaled, and the plan at every sixth layer global."""
+    from posenc.families.gemma3 import DEFAULT_LOCAL_BASE, DEFAULT_PATTERN
+
+    if choice != "global" and position != "rope":
+        raise ValueError(f"--layers {choice} cannot be written as a Gemma 3 GGUF: llama.cpp runs the gemma3 "
+                         "architecture's sliding layers unscaled at base 10000 whatever the file says; use --layers "
+                         "global (the family's own choice) or --format hf")
+    layers = int(config["num_hidden_layers"])
+    plan = [GLOBAL if (i + 1) % DEFAULT_PATTERN == 0 else SLIDING for i in range(layers)]
+    types = config.get("layer_types") or plan
+    local = float(blocks[SLIDING]["rope_theta"])
+    if list(types) != plan or local != DEFAULT_LOCAL_BASE:
+        raise ValueError(f"this Gemma 3 checkpoint (layer_types {list(types)}, sliding base {local:g}) is not the plan "
+                         f"llama.cpp hard-codes for gemma3 (every {DEFAULT_PATTERN}th layer global, sliding base "
+                         f"{DEFAULT_LOCAL_BASE:g}); a GGUF would not compute it. Use --format hf")
+
+
+__all__ = ["FAMILIES", "FORMATS", "GGUF_TYPES", "HF_TYPES", "REFUSED", "check_exportable", "check_gemma3_gguf",
+           "export_model", "refusal", "spelling"]

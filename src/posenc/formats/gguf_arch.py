@@ -29,8 +29,9 @@ llama.cpp, which is what the file was made for, and says so:
   global" for the architecture (``llama-model.cpp``, ``LLM_ARCH_GEMMA3``), as
   does HF's ``Gemma3TextConfig``: posenc takes both from
   ``posenc.families.gemma3`` (``DEFAULT_LOCAL_BASE``, ``DEFAULT_PATTERN``).
-  A linear RoPE scaling in the file (Gemma 3 4B–27B: ×8) applies to the global
-  layers only, as in llama.cpp (HF's GGUF loader drops it).
+  A RoPE scaling in the file (Gemma 3 4B–27B: linear ×8; ``posenc export``:
+  linear or YaRN) applies to the global layers only, as in llama.cpp, whose
+  sliding layers stay unscaled (HF's GGUF loader drops the scaling).
 - **Gemma 3's softmax scale.** Not in the file: llama.cpp uses head_dim^−½,
   except for the 27B model (62 layers), which uses (hidden/heads)^−½ — so
   posenc writes ``query_pre_attn_scalar`` that way (HF's loader leaves its
@@ -141,10 +142,7 @@ def _gemma3_settings(meta: dict[str, Any], path: Path, config: dict[str, Any]) -
     global_rope: dict[str, Any] = {"rope_type": "default", "rope_theta": config["rope_theta"]}
     scaling = config.pop("rope_scaling", None)
     if scaling is not None:
-        if scaling["rope_type"] != "linear":
-            raise _error(f"{path}: gemma3.rope.scaling.type = {scaling['rope_type']!r}; Gemma 3 scales its global "
-                         "layers linearly only (llama.cpp writes 'linear')")
-        global_rope = {**global_rope, **scaling}
+        global_rope = {**global_rope, **scaling}  # linear (Gemma 3 4B–27B) or yarn (posenc export)
     out: dict[str, Any] = {
         "hidden_activation": "gelu_pytorch_tanh",
         "sliding_window": int(window),

@@ -1,0 +1,95 @@
+"""A real checkpoint through ``posenc export`` and back: do transformers and posenc read the exported HF folder and
+GGUF to the logits of the variant ``posenc extend`` measured?
+
+    .venv/bin/python benchmarks/extend/export_check.py MODEL.gguf --method rope-yarn --factor 2 --out /tmp/exp \\
+        [--layers global] [--tokens 1024] [--text bible]
+
+The variant is posenc's own (``posenc.extend.methods.build_variant``: the method on the layers ``extend`` changes,
+float32 weights dequantised from the source); the export is ``posenc export MODEL --position METHOD
+--position-option factor=F``. Each reader runs the same tokens of real text; printed per reader: the largest
+|Δ logit|, the largest logit (scale), mean NLL over the text, and whether every position's argmax agrees. The
+tokenizer written to the HF folder is checked against posenc's on the same text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+from pathlib import Path
+
+import torch
+
+
+def nll(logits: torch.Tensor, ids: torch.Tensor) -> float:
+    return float(torch.nn.functional.cross_entropy(logits[0, :-1].float(), ids[0, 1:]))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model")
+    p.add_argument("--method", default="rope-yarn")
+    p.add_argument("--factor", type=float, default=2.0)
+    p.add_argument("--layers", default=None, help="global, all or rotary (default: what the family does)")
+    p.add_argument("--tokens", type=int, default=1024)
+    p.add_argument("--text", default="bible")
+    p.add_argument("--out", required=True, help="export folder (an HF folder and model.gguf, float32)")
+    args = p.parse_args()
+    torch.manual_seed(0)
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+
+    from posenc.extend.export import export_model
+    from posenc.extend.methods import build_variant
+    from posenc.extend.texts import doc_tokens, load_document
+    from posenc.pretrained import load_pretrained
+
+    t0 = time.perf_counter()
+    pm = load_pretrained(args.model, pairing="half", weights="dequantised")
+    l0 = int(pm.config.max_position_embeddings)
+    variant = build_variant(pm.model, args.method, factor=args.factor, original_max_len=l0, layers=args.layers)
+    ids = torch.tensor([doc_tokens(load_document(args.text), pm.tokenizer, args.tokens)])
+    with torch.no_grad():
+        want = variant(ids)
+    del variant, pm
+    gc.collect()
+    result = export_model(args.model, args.method, {"factor": args.factor}, args.out, layers=args.layers)
+    print(f"{args.model}: {args.method} ×{args.factor:g}, layers {result['layers']}, {args.tokens} tokens of "
+          f"{args.text}; exported in {time.perf_counter() - t0:.0f} s")
+    print(f"rope_parameters: {result['rope_parameters']}")
+    print(f"GGUF rope keys: {result['gguf_rope']}")
+    out = Path(args.out)
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+    text = load_document(args.text).text[:20000]
+    ours = load_pretrained(out / "model.gguf", weights="dequantised").tokenizer
+    same = list(hf_tok(text).input_ids) == list(ours.encode(text))  # each with its own BOS rule
+    print(f"tokenizer.json (transformers) and the GGUF's vocabulary (posenc) give the same ids on the text's first "
+          f"20,000 characters, BOS included where the model wants one: {same}")
+    print("| reader | max abs Δ logit | max abs logit | mean NLL | argmax agrees |")
+    print("| --- | ---: | ---: | ---: | --- |")
+    print(f"| posenc variant (reference) | 0 | {float(want.abs().max()):.2f} | {nll(want, ids):.6f} | — |")
+    readers = {
+        "transformers, HF folder": lambda: transformers.AutoModelForCausalLM.from_pretrained(
+            out, dtype=torch.float32).eval(),
+        "posenc, HF folder": lambda: load_pretrained(out, pairing="half").model,
+        "posenc, GGUF": lambda: load_pretrained(out / "model.gguf", pairing="half", weights="dequantised").model,
+        "transformers, GGUF + config.json": lambda: transformers.AutoModelForCausalLM.from_pretrained(
+            out, gguf_file="model.gguf", config=transformers.AutoConfig.from_pretrained(out),
+            dtype=torch.float32).eval(),
+    }
+    for name, load in readers.items():
+        model = load()
+        with torch.no_grad():
+            got = model(ids)
+        got = getattr(got, "logits", got)
+        agree = bool((got.argmax(-1) == want.argmax(-1)).all())
+        print(f"| {name} | {float((got - want).abs().max()):.2e} | {float(got.abs().max()):.2f} | "
+              f"{nll(got, ids):.6f} | {agree} |")
+        del model, got
+        gc.collect()
+    print(f"wall {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

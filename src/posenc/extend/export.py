@@ -15,8 +15,10 @@ checkpoint (HF folder or GGUF), the scheme and options measured in posenc
   attention factor, as llama.cpp's converters write it), ``.yarn_beta_fast``,
   ``.yarn_beta_slow``; each head's q and k rows permuted into llama.cpp's
   interleaved order exactly as its ``convert_hf_to_gguf.py`` does for llama
-  (``posenc.formats.gguf`` reads them back with the inverse); the byte-level
-  BPE tokenizer as ``tokenizer.ggml.*`` metadata.
+  (``posenc.formats.gguf`` reads them back with the inverse); the tokenizer as
+  ``tokenizer.ggml.*`` metadata — a GGUF source's own, key by key (a
+  SentencePiece vocabulary with its scores), or an HF folder's byte-level BPE
+  tokenizer.json converted (any other tokenizer.json: ``--format hf`` only).
 
 ==========================  ===========================================  ======================================
 posenc scheme               HF ``rope_parameters``                       GGUF

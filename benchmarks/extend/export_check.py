@@ -2,7 +2,7 @@
 GGUF to the logits of the variant ``posenc extend`` measured?
 
     .venv/bin/python benchmarks/extend/export_check.py MODEL.gguf --method rope-yarn --factor 2 --out /tmp/exp \\
-        [--layers global] [--tokens 1024] [--text bible]
+        [--layers global] [--tokens 1024] [--text bible] [--llama-logits llama_logits] [--format hf,gguf]
 
 The variant is posenc's own (``posenc.extend.methods.build_variant``: the method on the layers ``extend`` changes,
 float32 weights dequantised from the source); the export is ``posenc export MODEL --position METHOD
@@ -15,14 +15,32 @@ from __future__ import annotations
 
 import argparse
 import gc
+import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 
 def nll(logits: torch.Tensor, ids: torch.Tensor) -> float:
     return float(torch.nn.functional.cross_entropy(logits[0, :-1].float(), ids[0, 1:]))
+
+
+class LlamaCpp:
+    """llama.cpp as a reader: ``llama_logits`` (benchmarks/extend/llama_logits.cpp) run on the GGUF."""
+
+    def __init__(self, binary: str, gguf: Path) -> None:
+        self.binary, self.gguf = binary, gguf
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        folder = self.gguf.parent
+        ids[0].numpy().astype(np.int32).tofile(folder / "ids.i32")
+        subprocess.run([self.binary, str(self.gguf), str(folder / "ids.i32"), str(folder / "logits.f32")], check=True,
+                       capture_output=True)
+        logits = np.fromfile(folder / "logits.f32", dtype=np.float32)
+        (folder / "logits.f32").unlink()
+        return torch.from_numpy(logits.reshape(1, ids.shape[1], -1))
 
 
 def main() -> None:
@@ -34,6 +52,10 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=1024)
     p.add_argument("--text", default="bible")
     p.add_argument("--out", required=True, help="export folder (an HF folder and model.gguf, float32)")
+    p.add_argument("--llama-logits", default=None, metavar="BINARY",
+                   help="llama_logits built from benchmarks/extend/llama_logits.cpp: adds llama.cpp as a reader of "
+                        "the GGUF (logits and its own tokenisation of the text)")
+    p.add_argument("--format", default="hf,gguf", help="what to export (hf, gguf or both; readers follow)")
     args = p.parse_args()
     torch.manual_seed(0)
     import transformers
@@ -54,30 +76,45 @@ def main() -> None:
         want = variant(ids)
     del variant, pm
     gc.collect()
-    result = export_model(args.model, args.method, {"factor": args.factor}, args.out, layers=args.layers)
+    formats = tuple(args.format.split(","))
+    options = {} if args.method == "rope" else {"factor": args.factor}
+    result = export_model(args.model, args.method, options, args.out, layers=args.layers, formats=formats)
     print(f"{args.model}: {args.method} ×{args.factor:g}, layers {result['layers']}, {args.tokens} tokens of "
           f"{args.text}; exported in {time.perf_counter() - t0:.0f} s")
     print(f"rope_parameters: {result['rope_parameters']}")
     print(f"GGUF rope keys: {result['gguf_rope']}")
     out = Path(args.out)
-    hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     text = load_document(args.text).text[:20000]
-    ours = load_pretrained(out / "model.gguf", weights="dequantised").tokenizer
-    same = list(hf_tok(text).input_ids) == list(ours.encode(text))  # each with its own BOS rule
-    print(f"tokenizer.json (transformers) and the GGUF's vocabulary (posenc) give the same ids on the text's first "
-          f"20,000 characters, BOS included where the model wants one: {same}")
+    if formats == ("hf", "gguf"):
+        hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+        ours = load_pretrained(out / "model.gguf", weights="dequantised").tokenizer
+        same = list(hf_tok(text).input_ids) == list(ours.encode(text))  # each with its own BOS rule
+        print(f"tokenizer.json (transformers) and the GGUF's vocabulary (posenc) give the same ids on the text's "
+              f"first 20,000 characters, BOS included where the model wants one: {same}")
+        if args.llama_logits:
+            (out / "text.txt").write_text(text, encoding="utf-8")
+            subprocess.run([args.llama_logits, str(out / "model.gguf"), str(out / "text.txt"), str(out / "text.i32"),
+                            "tokenize"], check=True, capture_output=True)
+            theirs = np.fromfile(out / "text.i32", dtype=np.int32).tolist()
+            same = theirs == list(ours.encode(text))
+            print(f"llama.cpp's tokenisation of the same characters gives posenc's ids: {same}")
     print("| reader | max abs Δ logit | max abs logit | mean NLL | argmax agrees |")
     print("| --- | ---: | ---: | ---: | --- |")
     print(f"| posenc variant (reference) | 0 | {float(want.abs().max()):.2f} | {nll(want, ids):.6f} | — |")
-    readers = {
-        "transformers, HF folder": lambda: transformers.AutoModelForCausalLM.from_pretrained(
-            out, dtype=torch.float32).eval(),
-        "posenc, HF folder": lambda: load_pretrained(out, pairing="half").model,
-        "posenc, GGUF": lambda: load_pretrained(out / "model.gguf", pairing="half", weights="dequantised").model,
-        "transformers, GGUF + config.json": lambda: transformers.AutoModelForCausalLM.from_pretrained(
-            out, gguf_file="model.gguf", config=transformers.AutoConfig.from_pretrained(out),
-            dtype=torch.float32).eval(),
-    }
+    readers = {}
+    if "hf" in formats:
+        readers["transformers, HF folder"] = lambda: transformers.AutoModelForCausalLM.from_pretrained(
+            out, dtype=torch.float32).eval()
+        readers["posenc, HF folder"] = lambda: load_pretrained(out, pairing="half").model
+    if "gguf" in formats:
+        readers["posenc, GGUF"] = lambda: load_pretrained(out / "model.gguf", pairing="half",
+                                                          weights="dequantised").model
+        if "hf" in formats:  # transformers' GGUF loader drops rope.scaling.*: the config.json says it
+            readers["transformers, GGUF + config.json"] = lambda: transformers.AutoModelForCausalLM.from_pretrained(
+                out, gguf_file="model.gguf", config=transformers.AutoConfig.from_pretrained(out),
+                dtype=torch.float32).eval()
+        if args.llama_logits:
+            readers["llama.cpp, GGUF"] = lambda: LlamaCpp(args.llama_logits, out / "model.gguf")
     for name, load in readers.items():
         model = load()
         with torch.no_grad():

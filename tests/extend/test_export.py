@@ -101,9 +101,9 @@ def test_gguf_read_back_by_posenc_and_by_transformers(folder, tmp_path, position
     if position == "rope-linear":
         expected |= {"llama.rope.scaling.type", "llama.rope.scaling.factor"}
     if position == "rope-yarn":
+        # no attn_factor: llama.cpp applies YaRN's own 0.1·ln s + 1 itself, and the key would multiply it again
         expected |= {"llama.rope.scaling.type", "llama.rope.scaling.factor", "llama.rope.scaling.original_context_length",
-                     "llama.rope.scaling.attn_factor", "llama.rope.scaling.yarn_beta_fast",
-                     "llama.rope.scaling.yarn_beta_slow"}
+                     "llama.rope.scaling.yarn_beta_fast", "llama.rope.scaling.yarn_beta_slow"}
     assert keys == expected
     # the tokenizer: the same ids as the source's tokenizer.json
     src = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -114,6 +114,25 @@ def test_gguf_read_back_by_posenc_and_by_transformers(folder, tmp_path, position
     hf = AutoModelForCausalLM.from_pretrained(out, gguf_file="model.gguf", config=config).eval()
     with torch.no_grad():
         torch.testing.assert_close(hf(ids).logits, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_yarn_attention_factor_of_its_own_is_written_beyond_yarns_default(folder, tmp_path):
+    """attention_factor A ≠ 0.1·ln s + 1: the GGUF holds A ÷ (0.1·ln s + 1), the part llama.cpp does not apply
+    itself, and posenc reads A back — the variant's logits, which differ from the default factor's."""
+    import math
+
+    import gguf
+
+    options = {"factor": 4.0, "attention_factor": 1.3}
+    out = tmp_path / "out"
+    export_model(folder, "rope-yarn", options, out)
+    field = gguf.GGUFReader(str(out / "model.gguf")).fields["llama.rope.scaling.attn_factor"]
+    assert float(field.contents()) == pytest.approx(1.3 / (0.1 * math.log(4.0) + 1), rel=1e-6)
+    ids = ids_for(folder)
+    want = variant_logits(folder, "rope-yarn", options, ids)
+    with torch.no_grad():
+        torch.testing.assert_close(load_pretrained(out / "model.gguf").model(ids), want, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(want, variant_logits(folder, "rope-yarn", {"factor": 4.0}, ids), rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("length", [L0 // 2, 3 * L0])

@@ -124,8 +124,8 @@ def test_gguf_read_back_by_posenc_and_by_transformers(source, tmp_path, position
     if position == "rope-linear":
         expected |= {"scaling.type", "scaling.factor"}
     if position == "rope-yarn":
-        expected |= {"scaling.type", "scaling.factor", "scaling.original_context_length", "scaling.attn_factor",
-                     "scaling.yarn_beta_fast", "scaling.yarn_beta_slow"}
+        expected |= {"scaling.type", "scaling.factor", "scaling.original_context_length", "scaling.yarn_beta_fast",
+                     "scaling.yarn_beta_slow"}  # no attn_factor: llama.cpp would apply it to the sliding layers too
     assert keys == expected
     # the SentencePiece vocabulary goes through whole: scores and all, so the ids are the source's
     src = load_pretrained(source)
@@ -156,6 +156,9 @@ def test_what_a_gemma3_gguf_cannot_state_is_refused_before_writing(source, tmp_p
         export_model(source, "rope-yarn", {"factor": 2.0}, tmp_path / "a", layers="all")
     with pytest.raises(ValueError, match="rope-llama3.*GGUF"):
         export_model(source, "rope-llama3", {"factor": 2.0}, tmp_path / "b")
+    with pytest.raises(ValueError, match="attention factor other than YaRN's own.*sliding.*--format hf"):
+        export_model(source, "rope-yarn", {"factor": 2.0, "attention_factor": 1.3}, tmp_path / "g")
+    assert not (tmp_path / "g").exists()
     with pytest.raises(ValueError, match="--layers 'middle' is not one of"):
         export_model(source, "rope-yarn", {"factor": 2.0}, tmp_path / "c", layers="middle")
     assert not any((tmp_path / n).exists() for n in "abc")

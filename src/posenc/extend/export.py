@@ -11,9 +11,12 @@ checkpoint (HF folder or GGUF), the scheme and options measured in posenc
   has one, ``tokenizer_config.json``;
 * ``out/model.gguf`` — a GGUF (``gguf.GGUFWriter``, float32 tensors), with
   llama.cpp's RoPE keys ``llama.rope.freq_base``, ``llama.rope.scaling.type``,
-  ``.factor``, ``.original_context_length``, ``.attn_factor`` (YaRN's whole
-  attention factor, as llama.cpp's converters write it), ``.yarn_beta_fast``,
-  ``.yarn_beta_slow``; each head's q and k rows permuted into llama.cpp's
+  ``.factor``, ``.original_context_length``, ``.yarn_beta_fast``,
+  ``.yarn_beta_slow`` and, only for an attention factor other than YaRN's own
+  0.1·ln s + 1, ``.attn_factor`` = that factor ÷ (0.1·ln s + 1): llama.cpp
+  applies YaRN's own factor itself and multiplies this key on top (a file
+  holding the whole factor there reads 0.1·ln s + 1 twice; checked against
+  llama.cpp, ``benchmarks/extend/export_check.py --llama-logits``); each head's q and k rows permuted into llama.cpp's
   interleaved order exactly as its ``convert_hf_to_gguf.py`` does for llama
   (``posenc.formats.gguf`` reads them back with the inverse); the tokenizer as
   ``tokenizer.ggml.*`` metadata — a GGUF source's own, key by key (a
@@ -70,7 +73,8 @@ Reference used to verify: HF ``LlamaForCausalLM`` / ``Gemma3ForCausalLM``
 ``from_pretrained`` on the exported folder, posenc's own readers on both
 outputs, and transformers' GGUF loader (``from_pretrained(..., gguf_file=...)``),
 on tiny random models (``tests/extend/test_export.py``,
-``tests/extend/test_export_gemma3.py``). llama.cpp itself is not run here.
+``tests/extend/test_export_gemma3.py``); llama.cpp itself (built from source)
+on the real checkpoints, recorded in ``benchmarks/extend/README.md``.
 """
 
 from __future__ import annotations
@@ -175,8 +179,11 @@ def spelling(position: str, options: dict[str, Any], *, base: float, rotary_dim:
             attention = (yarn_mscale(factor, mscale) / yarn_mscale(factor, all_dim) if mscale and all_dim
                          else yarn_mscale(factor))
         gguf = {"scaling.type": "yarn", "scaling.factor": factor, "scaling.original_context_length": original,
-                "scaling.attn_factor": float(attention), "scaling.yarn_beta_fast": block["beta_fast"],
-                "scaling.yarn_beta_slow": block["beta_slow"]}
+                "scaling.yarn_beta_fast": block["beta_fast"], "scaling.yarn_beta_slow": block["beta_slow"]}
+        # llama.cpp multiplies the rotation by YaRN's 0.1·ln s + 1 itself and by rope.scaling.attn_factor on top
+        # (llama-context.cpp: yarn_attn_factor *= rope_attn_factor): the key holds only what is beyond the default
+        if abs(float(attention) / yarn_mscale(factor) - 1.0) > 1e-7:
+            gguf["scaling.attn_factor"] = float(attention) / yarn_mscale(factor)
         if not options.get("truncate", True):
             raise ValueError("rope-yarn with truncate=false has no GGUF key (llama.cpp always rounds the ramp bounds)")
         return RopeSpelling(block, round(factor * original), gguf)
@@ -406,7 +413,8 @@ def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpe
         writer.add_rope_scaling_factor(float(rope["scaling.factor"]))
     if "scaling.original_context_length" in rope:
         writer.add_rope_scaling_orig_ctx_len(int(rope["scaling.original_context_length"]))
-        writer.add_rope_scaling_attn_factors(float(rope["scaling.attn_factor"]))
+        if "scaling.attn_factor" in rope:
+            writer.add_rope_scaling_attn_factors(float(rope["scaling.attn_factor"]))
         writer.add_rope_scaling_yarn_beta_fast(float(rope["scaling.yarn_beta_fast"]))
         writer.add_rope_scaling_yarn_beta_slow(float(rope["scaling.yarn_beta_slow"]))
     _add_tokenizer(writer, src.gguf_tokenizer)
@@ -473,7 +481,7 @@ def export_model(source: str | Path, position: str, options: dict[str, Any], out
     spelled = {t: spelling(position if t in scaled else "rope", given if t in scaled else {},
                            base=float(b["rope_theta"]), rotary_dim=rotary_dim, l0=l0) for t, b in blocks.items()}
     if "gguf" in formats and arch == "gemma3":
-        check_gemma3_gguf(src.hf_config, blocks, position, choice)
+        check_gemma3_gguf(src.hf_config, blocks, position, choice, spelled[main].gguf)
     if "gguf" in formats and not src.gguf_tokenizer:
         raise ValueError(f"{source}: the tokenizer has no GGUF spelling posenc writes (byte-level BPE with a GPT-2 or "
                          "SmolLM pre-tokenizer, or a GGUF source's own vocabulary); export with --format hf")
@@ -506,7 +514,7 @@ def _rope_blocks(src: Source, source: str | Path) -> dict[str | None, dict[str, 
 
 
 def check_gemma3_gguf(config: dict[str, Any], blocks: dict[str | None, dict[str, Any]], position: str,
-                      choice: str) -> None:
+                      choice: str, gguf_keys: dict[str, Any]) -> None:
     """Refuse a Gemma 3 GGUF llama.cpp would not run as the HF folder: it fixes the sliding layers at base 10⁴,
     unscaled, and the plan at every sixth layer global."""
     from posenc.families.gemma3 import DEFAULT_LOCAL_BASE, DEFAULT_PATTERN
@@ -515,6 +523,10 @@ def check_gemma3_gguf(config: dict[str, Any], blocks: dict[str | None, dict[str,
         raise ValueError(f"--layers {choice} cannot be written as a Gemma 3 GGUF: llama.cpp runs the gemma3 "
                          "architecture's sliding layers unscaled at base 10000 whatever the file says; use --layers "
                          "global (the family's own choice) or --format hf")
+    if "scaling.attn_factor" in gguf_keys:
+        raise ValueError("a YaRN attention factor other than YaRN's own (0.1·ln s + 1) cannot be written as a Gemma 3 "
+                         "GGUF: llama.cpp applies rope.scaling.attn_factor to every layer's rotation, the sliding "
+                         "layers' too; drop attention_factor/mscale or use --format hf")
     layers = int(config["num_hidden_layers"])
     plan = [GLOBAL if (i + 1) % DEFAULT_PATTERN == 0 else SLIDING for i in range(layers)]
     types = config.get("layer_types") or plan

@@ -243,11 +243,16 @@ def _rope_scaling(meta: dict[str, Any], arch: str, path: Path) -> dict[str, Any]
         original = meta.get(f"{arch}.rope.scaling.original_context_length")
         if original is not None:
             out["original_max_position_embeddings"] = int(original)
-        for key, hf in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow"),
-                        ("attn_factor", "attention_factor")):
+        for key, hf in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
             value = meta.get(f"{arch}.rope.scaling.{key}")
             if value is not None:
                 out[hf] = float(value)
+        extra = meta.get(f"{arch}.rope.scaling.attn_factor")
+        if extra is not None and float(extra) != 1.0:
+            # llama.cpp: YaRN's own 0.1·ln s + 1, times this key (llama-context.cpp, rope_attn_factor)
+            from posenc.positions.rotary_scaling import yarn_mscale
+
+            out["attention_factor"] = float(extra) * yarn_mscale(float(factor))
         return out
     raise GGUFError(f"{path}: RoPE scaling type {kind!r} ({arch}.rope.scaling.type) is not supported; "
                     "supported: none, linear, yarn")

@@ -217,3 +217,30 @@ def test_the_minilm_folder_is_refused_as_learned_absolute(capsys):
         pytest.skip(missing(MINILM))
     assert main(["rope", str(path)]) == 2
     assert "(bert) has no rotary positions — its positions are learned absolute (512 rows)" in capsys.readouterr().err
+
+
+def test_gguf_yarn_attn_factor_is_read_as_llama_cpp_applies_it(tmp_path, gen):
+    """llama.cpp multiplies YaRN's rotation by its own 0.1·ln s + 1 and by ``rope.scaling.attn_factor`` on top
+    (llama-context.cpp); the audit's attention factor is that product, not the key alone."""
+    gguf = pytest.importorskip("gguf")
+    factor, extra = 1 + 7 * float(torch.rand(1, generator=gen)), 0.8 + 0.4 * float(torch.rand(1, generator=gen))
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    w.add_head_count(4)
+    w.add_embedding_length(64)
+    w.add_context_length(8192)
+    w.add_block_count(2)
+    w.add_rope_freq_base(10000.0)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(factor)
+    w.add_rope_scaling_orig_ctx_len(2048)
+    w.add_rope_scaling_attn_factors(extra)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    config, kind = read_source(tmp_path / "m.gguf")
+    want = extra * (0.1 * math.log(factor) + 1)
+    assert kind == "gguf" and config["rope_scaling"]["attention_factor"] == pytest.approx(want, rel=1e-6)
+    from posenc.formats.gguf import _rope_scaling, open_gguf, read_metadata
+    block = _rope_scaling(read_metadata(open_gguf(tmp_path / "m.gguf")), "llama", tmp_path / "m.gguf")
+    assert block["attention_factor"] == pytest.approx(want, rel=1e-6)  # posenc's model reader: the same product

@@ -300,7 +300,7 @@ FLOAT_KEYS = {
     "rope.scale_linear": (0.0, "the linear RoPE scaling factor"),
     "rope.scaling.yarn_beta_fast": (0.0, "YaRN's beta_fast"),
     "rope.scaling.yarn_beta_slow": (0.0, "YaRN's beta_slow"),
-    "rope.scaling.attn_factor": (0.0, "YaRN's attention factor"),
+    "rope.scaling.attn_factor": (0.0, "the attention factor on the rotation (under YaRN: beyond its own)"),
 }
 _FLOAT_TYPES = {6, 12}
 

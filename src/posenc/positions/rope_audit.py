@@ -89,10 +89,16 @@ def gguf_config(path: Path) -> dict[str, Any]:
         original = get("rope.scaling.original_context_length")
         if original is not None:
             block["original_max_position_embeddings"] = int(original)
-        for key, hf in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow"),
-                        ("attn_factor", "attention_factor")):
+        for key, hf in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
             if get(f"rope.scaling.{key}") is not None:
                 block[hf] = float(get(f"rope.scaling.{key}"))
+        extra = get("rope.scaling.attn_factor")
+        if extra is not None:
+            # llama.cpp multiplies the rotation by this key; under YaRN on top of its own 0.1·ln s + 1
+            from posenc.positions.rotary_scaling import yarn_mscale
+
+            own = yarn_mscale(float(factor)) if kind == "yarn" and factor is not None else 1.0
+            block["attention_factor"] = float(extra) * own
     if block:
         config["rope_scaling"] = block
     if get("rope.freq_base_swa") is not None:  # Gemma 3-style files: sliding layers have their own base

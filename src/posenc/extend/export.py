@@ -16,9 +16,10 @@ checkpoint (HF folder or GGUF), the scheme and options measured in posenc
   0.1·ln s + 1, ``.attn_factor`` = that factor ÷ (0.1·ln s + 1): llama.cpp
   applies YaRN's own factor itself and multiplies this key on top (a file
   holding the whole factor there reads 0.1·ln s + 1 twice; checked against
-  llama.cpp, ``benchmarks/extend/export_check.py --llama-logits``); each head's q and k rows permuted into llama.cpp's
-  interleaved order exactly as its ``convert_hf_to_gguf.py`` does for llama
-  (``posenc.formats.gguf`` reads them back with the inverse); the tokenizer as
+  llama.cpp, ``benchmarks/extend/export_check.py --llama-logits``); each head's
+  q and k rows permuted into llama.cpp's interleaved order exactly as its
+  ``convert_hf_to_gguf.py`` does for llama (``posenc.formats.gguf`` reads them
+  back with the inverse); the tokenizer as
   ``tokenizer.ggml.*`` metadata — a GGUF source's own, key by key (a
   SentencePiece vocabulary with its scores), or an HF folder's byte-level BPE
   tokenizer.json converted (any other tokenizer.json: ``--format hf`` only).
@@ -517,7 +518,7 @@ def check_gemma3_gguf(config: dict[str, Any], blocks: dict[str | None, dict[str,
                       choice: str, gguf_keys: dict[str, Any]) -> None:
     """Refuse a Gemma 3 GGUF llama.cpp would not run as the HF folder: it fixes the sliding layers at base 10⁴,
     unscaled, and the plan at every sixth layer global."""
-    from posenc.families.gemma3 import DEFAULT_LOCAL_BASE, DEFAULT_PATTERN
+    from posenc.families.gemma3 import DEFAULT_LOCAL_BASE, DEFAULT_PATTERN, patterned_plan
 
     if choice != "global" and position != "rope":
         raise ValueError(f"--layers {choice} cannot be written as a Gemma 3 GGUF: llama.cpp runs the gemma3 "
@@ -527,8 +528,7 @@ def check_gemma3_gguf(config: dict[str, Any], blocks: dict[str | None, dict[str,
         raise ValueError("a YaRN attention factor other than YaRN's own (0.1·ln s + 1) cannot be written as a Gemma 3 "
                          "GGUF: llama.cpp applies rope.scaling.attn_factor to every layer's rotation, the sliding "
                          "layers' too; drop attention_factor/mscale or use --format hf")
-    layers = int(config["num_hidden_layers"])
-    plan = [GLOBAL if (i + 1) % DEFAULT_PATTERN == 0 else SLIDING for i in range(layers)]
+    plan = patterned_plan(int(config["num_hidden_layers"]))
     types = config.get("layer_types") or plan
     local = float(blocks[SLIDING]["rope_theta"])
     if list(types) != plan or local != DEFAULT_LOCAL_BASE:

@@ -39,12 +39,17 @@ DEFAULT_PATTERN = 6
 DEFAULT_LOCAL_BASE = 10_000.0
 
 
+def patterned_plan(num_layers: int, pattern: int = DEFAULT_PATTERN) -> list[str]:
+    """Every ``pattern``-th layer global, the others sliding (llama.cpp's fixed plan for gemma3 at the default)."""
+    return [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING for i in range(num_layers)]
+
+
 def gemma3_layer_types(c: HFConfig, num_layers: int) -> list[str]:
     """Each layer's type: ``layer_types`` if given, else every ``sliding_window_pattern``-th layer global."""
     types = layer_types(c, num_layers)
     if types is None:
         pattern = c.int("sliding_window_pattern", c.int("_sliding_window_pattern", DEFAULT_PATTERN))
-        types = [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING for i in range(num_layers)]
+        types = patterned_plan(num_layers, pattern)
     unknown = sorted(set(types) - {SLIDING, FULL_ATTENTION})
     if unknown:
         raise ValueError(f"{c.source}: layer_types {unknown} are not Gemma 3 layer types "

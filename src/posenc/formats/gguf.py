@@ -228,6 +228,15 @@ def _need(meta: dict[str, Any], key: str, path: Path) -> Any:
     return meta[key]
 
 
+def llama_cpp_attention_factor(kind: str | None, factor: float | None, key: float) -> float:
+    """The whole attention factor llama.cpp puts on the rotation for ``{arch}.rope.scaling.attn_factor`` = key:
+    the key alone, except under YaRN, where llama.cpp applies 0.1·ln s + 1 itself and the key multiplies it
+    (llama-context.cpp: ``yarn_attn_factor *= rope_attn_factor``)."""
+    from posenc.positions.rotary_scaling import yarn_mscale
+
+    return float(key) * (yarn_mscale(float(factor)) if kind == "yarn" and factor is not None else 1.0)
+
+
 def _rope_scaling(meta: dict[str, Any], arch: str, path: Path) -> dict[str, Any] | None:
     """HF ``rope_scaling`` from llama.cpp's ``{arch}.rope.scaling.*`` keys (None when unscaled)."""
     kind = meta.get(f"{arch}.rope.scaling.type")
@@ -249,10 +258,7 @@ def _rope_scaling(meta: dict[str, Any], arch: str, path: Path) -> dict[str, Any]
                 out[hf] = float(value)
         extra = meta.get(f"{arch}.rope.scaling.attn_factor")
         if extra is not None and float(extra) != 1.0:
-            # llama.cpp: YaRN's own 0.1·ln s + 1, times this key (llama-context.cpp, rope_attn_factor)
-            from posenc.positions.rotary_scaling import yarn_mscale
-
-            out["attention_factor"] = float(extra) * yarn_mscale(float(factor))
+            out["attention_factor"] = llama_cpp_attention_factor(kind, factor, extra)
         return out
     raise GGUFError(f"{path}: RoPE scaling type {kind!r} ({arch}.rope.scaling.type) is not supported; "
                     "supported: none, linear, yarn")

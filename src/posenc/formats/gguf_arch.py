@@ -132,7 +132,7 @@ def _qwen3_settings(meta: dict[str, Any], path: Path, config: dict[str, Any]) ->
 def _gemma3_settings(meta: dict[str, Any], path: Path, config: dict[str, Any]) -> dict[str, Any]:
     """Gemma 3's plan: every ``DEFAULT_PATTERN``-th layer global (base ``rope.freq_base``, scaled if the
     file says so), the others sliding with ``DEFAULT_LOCAL_BASE`` — llama.cpp's values for the architecture."""
-    from posenc.families.gemma3 import DEFAULT_LOCAL_BASE, DEFAULT_PATTERN, FULL_ATTENTION, SLIDING
+    from posenc.families.gemma3 import DEFAULT_LOCAL_BASE, FULL_ATTENTION, SLIDING, patterned_plan
 
     window = meta.get("gemma3.attention.sliding_window")
     if window is None:
@@ -146,7 +146,7 @@ def _gemma3_settings(meta: dict[str, Any], path: Path, config: dict[str, Any]) -
     out: dict[str, Any] = {
         "hidden_activation": "gelu_pytorch_tanh",
         "sliding_window": int(window),
-        "layer_types": [FULL_ATTENTION if (i + 1) % DEFAULT_PATTERN == 0 else SLIDING for i in range(layers)],
+        "layer_types": patterned_plan(layers),
         "rope_parameters": {SLIDING: {"rope_type": "default", "rope_theta": DEFAULT_LOCAL_BASE},
                             FULL_ATTENTION: global_rope},
         # llama.cpp (LLM_ARCH_GEMMA3): 1/sqrt(head_dim), except 27B (62 layers): 1/sqrt(hidden / heads)

@@ -94,11 +94,9 @@ def gguf_config(path: Path) -> dict[str, Any]:
                 block[hf] = float(get(f"rope.scaling.{key}"))
         extra = get("rope.scaling.attn_factor")
         if extra is not None:
-            # llama.cpp multiplies the rotation by this key; under YaRN on top of its own 0.1·ln s + 1
-            from posenc.positions.rotary_scaling import yarn_mscale
+            from posenc.formats.gguf import llama_cpp_attention_factor
 
-            own = yarn_mscale(float(factor)) if kind == "yarn" and factor is not None else 1.0
-            block["attention_factor"] = float(extra) * own
+            block["attention_factor"] = llama_cpp_attention_factor(kind, factor, extra)
     if block:
         config["rope_scaling"] = block
     if get("rope.freq_base_swa") is not None:  # Gemma 3-style files: sliding layers have their own base

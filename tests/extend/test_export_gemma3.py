@@ -194,3 +194,88 @@ def test_command_line_layers(source, tmp_path, capsys):
                  "--out", str(tmp_path / "x")]) != 0
     assert "cannot be written as a Gemma 3 GGUF" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+def test_gguf_from_an_hf_folder_with_a_sentencepiece_tokenizer(source, tmp_path, seed):
+    """GGUF → HF folder (tokenizer.json) → GGUF: the vocabulary comes back piece for piece (types, special ids, BOS
+    flag, and every mergeable piece's score), the ids equal llama.cpp's encoder written out step by step, and the
+    logits the variant's."""
+    from gguf_helpers import spm_reference
+    from test_gguf_tokenizer import random_texts
+
+    from posenc.formats.gguf import open_gguf, read_metadata
+
+    export_model(source, "rope", {}, tmp_path / "hf", formats=("hf",))
+    tok = json.loads((tmp_path / "hf" / "tokenizer.json").read_text())
+    assert tok["model"]["byte_fallback"] and tok["normalizer"]["type"] == "Sequence"  # Prepend("▁") + Replace
+    export_model(tmp_path / "hf", "rope-yarn", SETTINGS["rope-yarn"], tmp_path / "out", formats=("gguf",))
+    ids = ids_for()
+    back = load_pretrained(tmp_path / "out" / "model.gguf")
+    with torch.no_grad():
+        close(back.model(ids), variant_logits(source, "rope-yarn", SETTINGS["rope-yarn"], ids))
+    want, got = (read_metadata(open_gguf(p)) for p in (source, tmp_path / "out" / "model.gguf"))
+    for key in ("tokens", "token_type", "bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id",
+                "add_bos_token", "model"):
+        assert got[f"tokenizer.ggml.{key}"] == want[f"tokenizer.ggml.{key}"], key
+    prefix = want.get("tokenizer.ggml.add_space_prefix", True)  # llama.cpp's default: absent in the tiny file
+    assert got["tokenizer.ggml.add_space_prefix"] is prefix is True
+    mergeable = [i for i, (t, k) in enumerate(zip(want["tokenizer.ggml.tokens"], want["tokenizer.ggml.token_type"]))
+                 if k == 1 and len(t) > 1]
+    assert [got["tokenizer.ggml.scores"][i] for i in mergeable] == [want["tokenizer.ggml.scores"][i] for i in mergeable]
+    fields = {"tokens": want["tokenizer.ggml.tokens"], "scores": want["tokenizer.ggml.scores"],
+              "types": want["tokenizer.ggml.token_type"]}
+    for text in [TEXT, *random_texts(seed, 40)]:
+        assert back.tokenizer.encode(text) == spm_reference(fields, text, add_space_prefix=prefix, bos_id=None), text
+
+
+def test_a_sentencepiece_tokenizer_json_posenc_cannot_spell_is_refused(source, tmp_path):
+    """Merges out of the vocabulary's order (scores read from that order would merge differently) and Metaspace's
+    "first" prefix (llama.cpp prefixes every fragment) are refused by name; nothing is written."""
+    from posenc.formats.gguf_spm import spm_gguf_vocabulary
+
+    export_model(source, "rope", {}, tmp_path / "hf", formats=("hf",))
+    data = json.loads((tmp_path / "hf" / "tokenizer.json").read_text())
+    assert spm_gguf_vocabulary(data, source="t")["tokenizer.ggml.model"] == "llama"
+    shuffled = json.loads(json.dumps(data))
+    shuffled["model"]["merges"] = shuffled["model"]["merges"][::-1]
+    with pytest.raises(ValueError, match="comes after one making id.*vocabulary's order"):
+        spm_gguf_vocabulary(shuffled, source="t")
+    first = {**data, "normalizer": None,
+             "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}}
+    assert spm_gguf_vocabulary(first, source="t") is None
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(first))
+    with pytest.raises(ValueError, match="tokenizer has no GGUF spelling.*--format hf"):
+        export_model(tmp_path / "hf", "rope-linear", {"factor": 2.0}, tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    always = {**first, "pre_tokenizer": {**first["pre_tokenizer"], "prepend_scheme": "always"}}
+    assert spm_gguf_vocabulary(always, source="t")["tokenizer.ggml.add_space_prefix"] is True
+
+
+def test_real_gemma3_vocabulary_round_trips_through_tokenizer_json(request, seed):
+    """Gemma 3 270M's 262,144 pieces: written as tokenizer.json and spelled back as GGUF metadata, everything but the
+    single characters' scores (31 lower in the file, never read: a merge makes two characters or more) is the file's,
+    and the two vocabularies encode text id for id."""
+    import numpy as np
+    from gguf_helpers import gemma3_path
+    from test_gguf_tokenizer import FIXED, random_texts
+
+    from posenc.extend.export import gguf_tokenizer_from_json
+    from posenc.formats.gguf import open_gguf, read_metadata
+    from posenc.formats.gguf_tokenizer import read_tokenizer, tokenizer_from_metadata
+
+    path = gemma3_path(request.config.cache.mkdir("gemma3-270m"))
+    want = read_metadata(open_gguf(path))
+    original = read_tokenizer(path)
+    config = {"bos_token_id": 2, "eos_token_id": [1, 106], "pad_token_id": 0}  # HF Gemma 3's config.json
+    got = gguf_tokenizer_from_json(original.to_str(), config, None, source="gemma3")
+    for key in ("tokens", "token_type", "bos_token_id", "eos_token_id", "unknown_token_id", "padding_token_id",
+                "add_bos_token", "add_eos_token", "add_space_prefix", "model", "pre"):
+        assert got[f"tokenizer.ggml.{key}"] == want[f"tokenizer.ggml.{key}"], key
+    tokens = want["tokenizer.ggml.tokens"]
+    moved = np.array(got["tokenizer.ggml.scores"]) != np.array(want["tokenizer.ggml.scores"])
+    assert all(len(tokens[i]) == 1 for i in np.flatnonzero(moved))
+    rebuilt = tokenizer_from_metadata(got, Path("rebuilt"))
+    texts = [t.replace("<|im_start|>", "<start_of_turn>").replace("<|im_end|>", "<end_of_turn>")
+             for t in FIXED + random_texts(seed, 60)] + ["a" + " " * 45 + "b\t\t\tc"]
+    for text in texts:
+        assert rebuilt.encode(text).ids == original.encode(text).ids, text[:80]

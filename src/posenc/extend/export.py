@@ -21,8 +21,10 @@ checkpoint (HF folder or GGUF), the scheme and options measured in posenc
   ``convert_hf_to_gguf.py`` does for llama (``posenc.formats.gguf`` reads them
   back with the inverse); the tokenizer as
   ``tokenizer.ggml.*`` metadata — a GGUF source's own, key by key (a
-  SentencePiece vocabulary with its scores), or an HF folder's byte-level BPE
-  tokenizer.json converted (any other tokenizer.json: ``--format hf`` only).
+  SentencePiece vocabulary with its scores), or an HF folder's tokenizer.json
+  converted: byte-level BPE (SmolLM2, GPT-2) or SentencePiece BPE (Gemma 3,
+  Llama 2; ``posenc.formats.gguf_spm.spm_gguf_vocabulary``: scores from the
+  vocabulary's order); any other tokenizer.json: ``--format hf`` only.
 
 ==========================  ===========================================  ======================================
 posenc scheme               HF ``rope_parameters``                       GGUF
@@ -276,31 +278,50 @@ def _pre_type(pre: dict[str, Any] | None) -> str | None:
 
 def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config: dict[str, Any] | None, *,
                              source: str) -> dict[str, Any]:
-    """``tokenizer.ggml.*`` metadata of a byte-level BPE tokenizer.json (empty when it has no GGUF spelling)."""
+    """``tokenizer.ggml.*`` metadata of a byte-level BPE or a SentencePiece tokenizer.json (empty when it has no
+    GGUF spelling), with config.json's special ids and tokenizer_config.json's chat template."""
+    from posenc.formats.gguf_spm import spm_gguf_vocabulary
+
     data = json.loads(text)
     model = data.get("model", {})
     pre = _pre_type(data.get("pre_tokenizer"))
-    if model.get("type") != "BPE" or pre is None:
+    meta = spm_gguf_vocabulary(data, source=source)
+    if meta is not None:
+        meta.update(_added_bos_eos(tokenizer_config, data))
+    elif model.get("type") == "BPE" and pre is not None:
+        vocab: dict[str, int] = dict(model["vocab"])
+        for added in data.get("added_tokens", []):
+            vocab.setdefault(added["content"], added["id"])
+        tokens = [""] * (max(vocab.values()) + 1)
+        for token, i in vocab.items():
+            tokens[i] = token
+        special = {a["id"] for a in data.get("added_tokens", []) if a.get("special")}
+        merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+        meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
+                "tokenizer.ggml.token_type": [3 if i in special else 1 for i in range(len(tokens))],
+                "tokenizer.ggml.merges": merges}
+    else:
         return {}
-    vocab: dict[str, int] = dict(model["vocab"])
-    for added in data.get("added_tokens", []):
-        vocab.setdefault(added["content"], added["id"])
-    tokens = [""] * (max(vocab.values()) + 1)
-    for token, i in vocab.items():
-        tokens[i] = token
-    special = {a["id"] for a in data.get("added_tokens", []) if a.get("special")}
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
-    meta: dict[str, Any] = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
-                            "tokenizer.ggml.token_type": [3 if i in special else 1 for i in range(len(tokens))],
-                            "tokenizer.ggml.merges": merges}
-    for key, hf in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"), ("padding_token_id",
-                                                                                          "pad_token_id")):
-        if config.get(hf) is not None:
-            meta[f"tokenizer.ggml.{key}"] = int(config[hf])
+    for key, hf in (("bos", "bos_token_id"), ("eos", "eos_token_id"), ("padding", "pad_token_id")):
+        if config.get(hf) is not None:  # of a list (Gemma 3's eos_token_id [1, 106]) the first, as llama.cpp's
+            ids = config[hf]
+            meta[f"tokenizer.ggml.{key}_token_id"] = int(ids[0] if isinstance(ids, list) else ids)
     template = (tokenizer_config or {}).get("chat_template")
     if isinstance(template, str):
         meta["tokenizer.chat_template"] = template
     return meta
+
+
+def _added_bos_eos(tokenizer_config: dict[str, Any] | None, data: dict[str, Any]) -> dict[str, bool]:
+    """``add_bos_token`` / ``add_eos_token``: tokenizer_config.json's where it says, else whether the
+    post-processor's template starts (ends) with a special token, as HF's Gemma and Llama files add BOS."""
+    single = (data.get("post_processor") or {}).get("single") or []
+    edges = {"bos": single[0] if single else {}, "eos": single[-1] if single else {}}
+    out = {}
+    for x in ("bos", "eos"):
+        given = (tokenizer_config or {}).get(f"add_{x}_token")
+        out[f"tokenizer.ggml.add_{x}_token"] = given if isinstance(given, bool) else "SpecialToken" in edges[x]
+    return out
 
 
 # -- writing -------------------------------------------------------------------------------------------------
@@ -485,7 +506,8 @@ def export_model(source: str | Path, position: str, options: dict[str, Any], out
         check_gemma3_gguf(src.hf_config, blocks, position, choice, spelled[main].gguf)
     if "gguf" in formats and not src.gguf_tokenizer:
         raise ValueError(f"{source}: the tokenizer has no GGUF spelling posenc writes (byte-level BPE with a GPT-2 or "
-                         "SmolLM pre-tokenizer, or a GGUF source's own vocabulary); export with --format hf")
+                         "SmolLM pre-tokenizer, SentencePiece BPE as HF writes Gemma's and Llama 2's, or a GGUF "
+                         "source's own vocabulary); export with --format hf")
     config = exported_config(src, spelled, main)
     out = Path(out)
     result: dict[str, Any] = {"rope_parameters": config["rope_parameters"], "gguf_rope": spelled[main].gguf,

@@ -107,3 +107,101 @@ def spm_tokenizer(meta: dict[str, Any], tokens: list[str], types: list[int], pat
         steps.append(decoders.Strip(" ", 1, 0))
     tok.decoder = decoders.Sequence(steps)
     return tok
+
+
+# -- the other way: an HF SentencePiece tokenizer.json spelled as GGUF metadata -----------------------------------
+
+
+def _space_prefix(data: dict[str, Any]) -> bool | None:
+    """Whether a tokenizer.json writes spaces as ▁ the way llama.cpp's SentencePiece encoder does — True with a ▁
+    put before every fragment, False without — or None when it does something else.
+
+    Recognised: the normalizer ``Replace(" ", "▁")`` (Gemma), after ``Prepend("▁")`` (older Llama 2 files), with no
+    pre-tokenizer or Gemma's ``Split(" ")`` (a no-op once spaces are ▁); or no normalizer and ``Metaspace`` with
+    ``prepend_scheme`` "always"/"never" and no split. ``Metaspace`` "first" (a ▁ before the text's start only) is
+    not llama.cpp's rule (a ▁ before every fragment between special pieces), so it has no spelling.
+    """
+    def is_replace(n: dict[str, Any] | None) -> bool:
+        return bool(n) and n.get("type") == "Replace" and n.get("pattern") == {"String": " "} and n.get("content") == SPACE
+
+    norm, pre = data.get("normalizer"), data.get("pre_tokenizer")
+    if norm is None and pre and pre.get("type") == "Metaspace" and pre.get("replacement") == SPACE:
+        scheme = pre.get("prepend_scheme", "always" if pre.get("add_prefix_space", True) else "never")
+        return {"always": True, "never": False}.get(scheme) if not pre.get("split", False) else None
+    noop_split = pre and pre.get("type") == "Split" and pre.get("pattern") == {"String": " "}
+    if pre is not None and not noop_split:
+        return None
+    if is_replace(norm):
+        return False
+    steps = norm.get("normalizers", []) if norm and norm.get("type") == "Sequence" else []
+    if len(steps) == 2 and steps[0] == {"type": "Prepend", "prepend": SPACE} and is_replace(steps[1]):
+        return True
+    return None
+
+
+def spm_gguf_vocabulary(data: dict[str, Any], *, source: str) -> dict[str, Any] | None:
+    """The ``tokenizer.ggml.*`` vocabulary of an HF SentencePiece tokenizer.json (Gemma, Llama 2), as llama.cpp's
+    ``convert_hf_to_gguf.py`` writes one from the model's ``tokenizer.model`` — or None for another kind of file.
+
+    The inverse of :func:`spm_tokenizer`: a BPE model with byte fallback whose merges follow the vocabulary's
+    order (SentencePiece numbers its BPE pieces best first, and HF's converter ranks merges by the piece they make).
+    Pieces become: an added token ``CONTROL`` when special, else ``USER_DEFINED`` with ▁ spelled as a space, both
+    scored -1000 (llama.cpp's converter, from ``added_tokens_decoder``); ``<0xXX>`` ``BYTE``, 0; every other piece
+    ``NORMAL``, scored minus its rank among them. tokenizer.json holds no scores, so these are the order, not the
+    ``.model`` file's values: in Gemma 3's file every piece of two or more characters gets its own score back and
+    the 19,225 single characters sit 31 lower — a score llama.cpp never reads, since a merge makes two characters
+    or more. The encoder therefore merges exactly as from the original file.
+
+    Raises:
+        ValueError: a SentencePiece-style file whose merges disagree with its vocabulary's order (scores from the
+            order would merge differently), or whose vocabulary has holes.
+    """
+    model = data.get("model") or {}
+    if model.get("type") != "BPE" or not model.get("byte_fallback"):
+        return None
+    prefix = _space_prefix(data)
+    if prefix is None:
+        return None
+    vocab: dict[str, int] = dict(model["vocab"])
+    added = {a["id"]: a for a in data.get("added_tokens", [])}
+    size = max([*vocab.values(), *added]) + 1
+    tokens: list[str | None] = [None] * size
+    for token, i in vocab.items():
+        if tokens[i] is None:  # HF's Gemma converter may alias "\t" to <0x09>'s id; the id's own piece is first
+            tokens[i] = token
+    for i, a in added.items():
+        tokens[i] = a["content"]
+    holes = [i for i, t in enumerate(tokens) if t is None]
+    if holes:
+        raise ValueError(f"{source}: ids {holes[:5]} have no piece in the vocabulary or the added tokens; a GGUF "
+                         "vocabulary needs one piece per id")
+    rank = {t: i for i, t in enumerate(tokens)}
+    last = -1
+    for m in model.get("merges", []):
+        left, right = m.split(" ", 1) if isinstance(m, str) else m
+        made = rank.get(left + right, -1)
+        if made < last:
+            raise ValueError(f"{source}: the merge {left!r} + {right!r} (making id {made}) comes after one making id "
+                             f"{last}; the scores a GGUF needs are read from the vocabulary's order, which these "
+                             "merges do not follow. Convert the model's tokenizer.model with llama.cpp instead")
+        last = max(last, made)
+    types, scores, normal = [], [], 0
+    for i, token in enumerate(tokens):
+        if i in added:
+            types.append(CONTROL if added[i].get("special") else USER_DEFINED)
+            scores.append(-1000.0)
+            if types[-1] == USER_DEFINED:
+                tokens[i] = token.replace(SPACE, " ")
+        elif len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            types.append(BYTE)
+            scores.append(0.0)
+        else:
+            types.append(NORMAL)
+            scores.append(-float(normal))
+            normal += 1
+    meta: dict[str, Any] = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.pre": "default",
+                            "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": scores,
+                            "tokenizer.ggml.token_type": types, "tokenizer.ggml.add_space_prefix": prefix}
+    if model.get("unk_token") in rank:
+        meta["tokenizer.ggml.unknown_token_id"] = rank[model["unk_token"]]
+    return meta

@@ -240,6 +240,10 @@ def test_a_sentencepiece_tokenizer_json_posenc_cannot_spell_is_refused(source, t
     shuffled["model"]["merges"] = shuffled["model"]["merges"][::-1]
     with pytest.raises(ValueError, match="comes after one making id.*vocabulary's order"):
         spm_gguf_vocabulary(shuffled, source="t")
+    (tmp_path / "hf" / "tokenizer.json").write_text(json.dumps(shuffled))
+    with pytest.raises(ValueError, match="no GGUF spelling.*--format hf.*comes after one making id"):
+        export_model(tmp_path / "hf", "rope", {}, tmp_path / "s")
+    export_model(tmp_path / "hf", "rope", {}, tmp_path / "s", formats=("hf",))  # the HF folder still goes
     first = {**data, "normalizer": None,
              "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}}
     assert spm_gguf_vocabulary(first, source="t") is None

@@ -227,7 +227,8 @@ class Source:
     tensors: dict[str, Tensor]
     tokenizer_json: str
     tokenizer_config: dict[str, Any] | None
-    gguf_tokenizer: dict[str, Any]  # tokenizer.* metadata for the GGUF
+    gguf_tokenizer: dict[str, Any]  # tokenizer.* metadata for the GGUF (empty: none)
+    no_gguf_tokenizer: str = ""  # why there is none, where the tokenizer.json is of a kind posenc spells
 
 
 def read_source(path: str | Path) -> Source:
@@ -259,8 +260,11 @@ def read_source(path: str | Path) -> Source:
         raise FileNotFoundError(f"{path}: no tokenizer.json; export writes the model with its tokenizer")
     tok_config = path / "tokenizer_config.json"
     tc = read_json(tok_config, limit=MAX_CONFIG_BYTES) if tok_config.is_file() else None
-    return Source(config, tensors, tok_path.read_text(encoding="utf-8"), tc, gguf_tokenizer_from_json(
-        tok_path.read_text(encoding="utf-8"), config, tc, source=str(tok_path)))
+    text = tok_path.read_text(encoding="utf-8")
+    try:
+        return Source(config, tensors, text, tc, gguf_tokenizer_from_json(text, config, tc, source=str(tok_path)))
+    except ValueError as e:  # an HF folder can still be written; a GGUF is refused with this reason
+        return Source(config, tensors, text, tc, {}, str(e))
 
 
 def _pre_type(pre: dict[str, Any] | None) -> str | None:
@@ -507,7 +511,8 @@ def export_model(source: str | Path, position: str, options: dict[str, Any], out
     if "gguf" in formats and not src.gguf_tokenizer:
         raise ValueError(f"{source}: the tokenizer has no GGUF spelling posenc writes (byte-level BPE with a GPT-2 or "
                          "SmolLM pre-tokenizer, SentencePiece BPE as HF writes Gemma's and Llama 2's, or a GGUF "
-                         "source's own vocabulary); export with --format hf")
+                         "source's own vocabulary); export with --format hf"
+                         + (f". {src.no_gguf_tokenizer}" if src.no_gguf_tokenizer else ""))
     config = exported_config(src, spelled, main)
     out = Path(out)
     result: dict[str, Any] = {"rope_parameters": config["rope_parameters"], "gguf_rope": spelled[main].gguf,

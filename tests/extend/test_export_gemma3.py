@@ -283,3 +283,25 @@ def test_real_gemma3_vocabulary_round_trips_through_tokenizer_json(request, seed
              for t in FIXED + random_texts(seed, 60)] + ["a" + " " * 45 + "b\t\t\tc"]
     for text in texts:
         assert rebuilt.encode(text).ids == original.encode(text).ids, text[:80]
+
+
+def test_an_hf_folder_expects_bos_as_its_gguf_does(tmp_path, seed):
+    """A model that wants BOS first keeps it through export: the HF folder's tokenizer (post-processor, or
+    tokenizer_config.json's add_bos_token, which wins) starts extend's texts with BOS exactly as the GGUF's flag does.
+    Before, an HF folder's texts for extend, passkeys and fine-tuning went without it."""
+    from posenc.extend.texts import Document, doc_tokens
+    from posenc.pretrained.tokenizer import load_tokenizer
+
+    fields = spm_fields()
+    hf = tiny_hf("gemma3", len(fields["tokens"]), max_position_embeddings=L0)
+    gguf_path = write_gguf(tmp_path / "bos.gguf", hf, fields, arch="gemma3", tokenizer_model="llama", pre="default",
+                           meta={"tokenizer.ggml.add_bos_token": True})
+    export_model(gguf_path, "rope", {}, tmp_path / "hf", formats=("hf",))
+    ours, theirs = load_tokenizer(gguf_path), load_tokenizer(tmp_path / "hf")
+    assert ours.add_bos and theirs.add_bos
+    d = Document("t", TEXT * 3, "t")
+    assert doc_tokens(d, theirs, 20) == doc_tokens(d, ours, 20)
+    assert doc_tokens(d, theirs, 20)[0] == ours.bos_id
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps({"add_bos_token": False}))
+    assert not load_tokenizer(tmp_path / "hf").add_bos
+    assert doc_tokens(d, load_tokenizer(tmp_path / "hf"), 20) == doc_tokens(d, ours, 21)[1:]

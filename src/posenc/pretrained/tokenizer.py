@@ -24,8 +24,10 @@ class Tokenizer:
         bos_id, eos_id: the model's begin/end-of-sequence ids, if it has them.
         chat_template: the Jinja chat template of ``tokenizer_config.json`` / GGUF metadata.
         eos_ids: every id that ends a generation (some models list several); default ``[eos_id]``.
-        add_bos: prepend BOS in ``encode`` when the tokenizer's own post-processor
-            does not (GGUF's ``tokenizer.ggml.add_bos_token``).
+        add_bos: the model expects BOS first (GGUF's ``tokenizer.ggml.add_bos_token``; an HF
+            folder's ``add_bos_token`` or post-processor): ``encode`` prepends it where the
+            tokenizer's own post-processor does not, and text built from pieces encoded without
+            special tokens (``posenc.extend.texts.bos_prefix``) starts with it.
     """
 
     def __init__(self, tokenizer: HFTokenizer, *, bos_id: int | None = None, eos_id: int | None = None,
@@ -148,7 +150,12 @@ def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | No
         eos = eos_ids[0]
     if eos is not None and eos not in eos_ids:
         eos_ids.insert(0, eos)
-    return Tokenizer(tok, bos_id=bos, eos_id=eos, chat_template=template, eos_ids=eos_ids)
+    # BOS expected: tokenizer_config.json's add_bos_token where it says, else whether the post-processor adds it
+    # (Gemma's and Llama's tokenizer.json put it in the template; SmolLM2's adds nothing)
+    add_bos = extra.get("add_bos_token")
+    if not isinstance(add_bos, bool):
+        add_bos = bos is not None and tok.encode("a", add_special_tokens=True).ids[:1] == [bos]
+    return Tokenizer(tok, bos_id=bos, eos_id=eos, chat_template=template, eos_ids=eos_ids, add_bos=add_bos)
 
 
 def gguf_tokenizer(meta: dict[str, Any], path: Path) -> Tokenizer:

@@ -244,6 +244,10 @@ def test_a_sentencepiece_tokenizer_json_posenc_cannot_spell_is_refused(source, t
     with pytest.raises(ValueError, match="no GGUF spelling.*--format hf.*comes after one making id"):
         export_model(tmp_path / "hf", "rope", {}, tmp_path / "s")
     export_model(tmp_path / "hf", "rope", {}, tmp_path / "s", formats=("hf",))  # the HF folder still goes
+    hostile = json.loads(json.dumps(data))
+    hostile["model"]["vocab"]["\u2581zzz"] = 10**12  # refused before a list of that length is made
+    with pytest.raises(ValueError, match="largest token id is 1,000,000,000,000.*no holes"):
+        spm_gguf_vocabulary(hostile, source="t")
     first = {**data, "normalizer": None,
              "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}}
     assert spm_gguf_vocabulary(first, source="t") is None

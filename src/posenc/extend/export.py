@@ -284,7 +284,7 @@ def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config
                              source: str) -> dict[str, Any]:
     """``tokenizer.ggml.*`` metadata of a byte-level BPE or a SentencePiece tokenizer.json (empty when it has no
     GGUF spelling), with config.json's special ids and tokenizer_config.json's chat template."""
-    from posenc.formats.gguf_spm import spm_gguf_vocabulary
+    from posenc.formats.gguf_spm import dense_size, spm_gguf_vocabulary
 
     data = json.loads(text)
     model = data.get("model", {})
@@ -296,7 +296,7 @@ def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config
         vocab: dict[str, int] = dict(model["vocab"])
         for added in data.get("added_tokens", []):
             vocab.setdefault(added["content"], added["id"])
-        tokens = [""] * (max(vocab.values()) + 1)
+        tokens = [""] * dense_size(list(vocab.values()), source=source)
         for token, i in vocab.items():
             tokens[i] = token
         special = {a["id"] for a in data.get("added_tokens", []) if a.get("special")}

@@ -139,6 +139,26 @@ def _space_prefix(data: dict[str, Any]) -> bool | None:
     return None
 
 
+def dense_size(ids: list[int], *, source: str) -> int:
+    """The size of a vocabulary whose ids (repeats allowed) are exactly 0 … n−1 — checked before a list of that
+    size is made, so a hostile id (10¹²) costs nothing.
+
+    Raises:
+        ValueError: an id that is not an integer, a negative one, or ids with holes (a GGUF vocabulary needs one
+            piece per id).
+    """
+    seen = set(ids)
+    bad = [i for i in seen if not isinstance(i, int) or isinstance(i, bool) or i < 0]
+    if bad or not seen:
+        raise ValueError(f"{source}: token ids must be integers from 0; got {bad[:3] or 'none'}. Use the model's own "
+                         "tokenizer.json")
+    if max(seen) >= len(seen):
+        raise ValueError(f"{source}: the largest token id is {max(seen):,} but there are {len(seen):,} distinct ids; a "
+                         "GGUF vocabulary needs one piece per id from 0, with no holes. Use the model's own "
+                         "tokenizer.json")
+    return len(seen)
+
+
 def spm_gguf_vocabulary(data: dict[str, Any], *, source: str) -> dict[str, Any] | None:
     """The ``tokenizer.ggml.*`` vocabulary of an HF SentencePiece tokenizer.json (Gemma, Llama 2), as llama.cpp's
     ``convert_hf_to_gguf.py`` writes one from the model's ``tokenizer.model`` — or None for another kind of file.
@@ -154,7 +174,7 @@ def spm_gguf_vocabulary(data: dict[str, Any], *, source: str) -> dict[str, Any] 
 
     Raises:
         ValueError: a SentencePiece-style file whose merges disagree with its vocabulary's order (scores from the
-            order would merge differently), or whose vocabulary has holes.
+            order would merge differently), or whose ids are not 0 … n−1 (:func:`dense_size`).
     """
     model = data.get("model") or {}
     if model.get("type") != "BPE" or not model.get("byte_fallback"):
@@ -164,17 +184,12 @@ def spm_gguf_vocabulary(data: dict[str, Any], *, source: str) -> dict[str, Any] 
         return None
     vocab: dict[str, int] = dict(model["vocab"])
     added = {a["id"]: a for a in data.get("added_tokens", [])}
-    size = max([*vocab.values(), *added]) + 1
-    tokens: list[str | None] = [None] * size
+    tokens: list[str | None] = [None] * dense_size([*vocab.values(), *added], source=source)
     for token, i in vocab.items():
         if tokens[i] is None:  # HF's Gemma converter may alias "\t" to <0x09>'s id; the id's own piece is first
             tokens[i] = token
     for i, a in added.items():
         tokens[i] = a["content"]
-    holes = [i for i, t in enumerate(tokens) if t is None]
-    if holes:
-        raise ValueError(f"{source}: ids {holes[:5]} have no piece in the vocabulary or the added tokens; a GGUF "
-                         "vocabulary needs one piece per id")
     rank = {t: i for i, t in enumerate(tokens)}
     last = -1
     for m in model.get("merges", []):

@@ -45,6 +45,11 @@ Where Hugging Face's GGUF loader (transformers 5.24) differs, and why:
 Reference used to verify: a direct transcription of the four steps above
 (tests/pretrained/gguf_helpers.py, ``spm_reference``) and HF's GGUF loader,
 on tiny files and on the real Gemma 3 270M file.
+
+The other way, for ``posenc export`` from an HF folder: :func:`spm_gguf_vocabulary`
+spells such a ``tokenizer.json`` (BPE with byte fallback, spaces as ▁) as
+``tokenizer.ggml.*`` metadata, as llama.cpp's converter writes it from the
+model's ``tokenizer.model``; the scores come from the vocabulary's order.
 """
 
 from __future__ import annotations

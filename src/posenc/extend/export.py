@@ -290,9 +290,9 @@ def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config
     model = data.get("model", {})
     pre = _pre_type(data.get("pre_tokenizer"))
     meta = spm_gguf_vocabulary(data, source=source)
-    if meta is not None:
-        meta.update(_added_bos_eos(tokenizer_config, data))
-    elif model.get("type") == "BPE" and pre is not None:
+    if meta is None:
+        if model.get("type") != "BPE" or pre is None:
+            return {}
         vocab: dict[str, int] = dict(model["vocab"])
         for added in data.get("added_tokens", []):
             vocab.setdefault(added["content"], added["id"])
@@ -304,28 +304,23 @@ def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config
         meta = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre, "tokenizer.ggml.tokens": tokens,
                 "tokenizer.ggml.token_type": [3 if i in special else 1 for i in range(len(tokens))],
                 "tokenizer.ggml.merges": merges}
-    else:
-        return {}
     for key, hf in (("bos", "bos_token_id"), ("eos", "eos_token_id"), ("padding", "pad_token_id")):
         if config.get(hf) is not None:  # of a list (Gemma 3's eos_token_id [1, 106]) the first, as llama.cpp's
             ids = config[hf]
             meta[f"tokenizer.ggml.{key}_token_id"] = int(ids[0] if isinstance(ids, list) else ids)
+    if meta["tokenizer.ggml.model"] == "llama":  # SentencePiece: whether BOS / EOS go around a text, as HF says
+        from tokenizers import Tokenizer
+
+        from posenc.pretrained.tokenizer import adds_special
+
+        tok = Tokenizer.from_str(text)
+        for x in ("bos", "eos"):
+            meta[f"tokenizer.ggml.add_{x}_token"] = adds_special(tok, tokenizer_config, x,
+                                                                 meta.get(f"tokenizer.ggml.{x}_token_id"))
     template = (tokenizer_config or {}).get("chat_template")
     if isinstance(template, str):
         meta["tokenizer.chat_template"] = template
     return meta
-
-
-def _added_bos_eos(tokenizer_config: dict[str, Any] | None, data: dict[str, Any]) -> dict[str, bool]:
-    """``add_bos_token`` / ``add_eos_token``: tokenizer_config.json's where it says, else whether the
-    post-processor's template starts (ends) with a special token, as HF's Gemma and Llama files add BOS."""
-    single = (data.get("post_processor") or {}).get("single") or []
-    edges = {"bos": single[0] if single else {}, "eos": single[-1] if single else {}}
-    out = {}
-    for x in ("bos", "eos"):
-        given = (tokenizer_config or {}).get(f"add_{x}_token")
-        out[f"tokenizer.ggml.add_{x}_token"] = given if isinstance(given, bool) else "SpecialToken" in edges[x]
-    return out
 
 
 # -- writing -------------------------------------------------------------------------------------------------

@@ -150,12 +150,19 @@ def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | No
         eos = eos_ids[0]
     if eos is not None and eos not in eos_ids:
         eos_ids.insert(0, eos)
-    # BOS expected: tokenizer_config.json's add_bos_token where it says, else whether the post-processor adds it
-    # (Gemma's and Llama's tokenizer.json put it in the template; SmolLM2's adds nothing)
-    add_bos = extra.get("add_bos_token")
-    if not isinstance(add_bos, bool):
-        add_bos = bos is not None and tok.encode("a", add_special_tokens=True).ids[:1] == [bos]
-    return Tokenizer(tok, bos_id=bos, eos_id=eos, chat_template=template, eos_ids=eos_ids, add_bos=add_bos)
+    return Tokenizer(tok, bos_id=bos, eos_id=eos, chat_template=template, eos_ids=eos_ids,
+                     add_bos=adds_special(tok, extra, "bos", bos))
+
+
+def adds_special(tok: HFTokenizer, tokenizer_config: dict[str, Any] | None, which: str, token_id: int | None) -> bool:
+    """Whether an HF tokenizer puts ``which`` ("bos" first, "eos" last) around a text: tokenizer_config.json's
+    ``add_bos_token`` / ``add_eos_token`` where it says, else whether the post-processor adds that id (Gemma's and
+    Llama's tokenizer.json put BOS in the template; SmolLM2's adds nothing)."""
+    given = (tokenizer_config or {}).get(f"add_{which}_token")
+    if isinstance(given, bool):
+        return given
+    ids = tok.encode("a", add_special_tokens=True).ids
+    return token_id is not None and bool(ids) and ids[0 if which == "bos" else -1] == token_id
 
 
 def gguf_tokenizer(meta: dict[str, Any], path: Path) -> Tokenizer:

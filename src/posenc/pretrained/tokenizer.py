@@ -161,8 +161,10 @@ def adds_special(tok: HFTokenizer, tokenizer_config: dict[str, Any] | None, whic
     given = (tokenizer_config or {}).get(f"add_{which}_token")
     if isinstance(given, bool):
         return given
+    if token_id is None:
+        return False
     ids = tok.encode("a", add_special_tokens=True).ids
-    return token_id is not None and bool(ids) and ids[0 if which == "bos" else -1] == token_id
+    return bool(ids) and ids[0 if which == "bos" else -1] == token_id
 
 
 def gguf_tokenizer(meta: dict[str, Any], path: Path) -> Tokenizer:

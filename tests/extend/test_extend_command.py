@@ -187,3 +187,21 @@ def test_recorded_cells_of_the_other_depth_mode_are_refused_not_overwritten(fold
     strata = json.loads((tmp_path / "strata" / "cells" / "passkey-rope-L250.json").read_text())
     assert strata["settings"]["depths"] == "strata-5"
     assert 0 <= strata["trials"][0]["depth"] < 0.2 <= strata["trials"][1]["depth"] < 0.4
+
+
+@pytest.mark.parametrize("l0", [96, 8192, 131072])
+def test_quick_shortens_the_work_never_the_models_trained_context(l0):
+    """--quick once set L0 = 256 on a model trained to 8,192 and then reported "past L0" findings at 512."""
+    from posenc.commands.extend import QUICK_TOKENS, shortened
+
+    args = build_parser().parse_args(["extend", "m.gguf", "--quick"])
+    cfg = grid_config(args, l0)
+    assert cfg.original_max_len == l0
+    assert max(cfg.passkey_lengths) <= QUICK_TOKENS and cfg.loss_length <= QUICK_TOKENS
+    (note,) = shortened(args, l0, l0)
+    assert ("nothing past L0" in note) == (2 * l0 > QUICK_TOKENS and min(2 * l0, QUICK_TOKENS) <= l0)
+    if 2 * l0 <= QUICK_TOKENS:  # a model this short is still measured past its L0
+        assert cfg.loss_length == 2 * l0 and max(cfg.passkey_lengths) == 2 * l0
+    given = build_parser().parse_args(["extend", "m.gguf", "--original-max-len", "64"])
+    assert grid_config(given, l0).original_max_len == 64
+    assert shortened(given, 64, l0) == [f"L0 = 64 given by --original-max-len; the model was trained to {l0}"]

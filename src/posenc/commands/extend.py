@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_OUT = "runs/extend"
-QUICK_L0 = 256
+#: A --quick run reads at most this many positions: it shortens the work, never the model's trained context L₀.
+QUICK_TOKENS = 512
 
 
 def _csv(kind: type, flag: str, *, above: float = 0):
@@ -98,8 +99,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--original-max-len", type=int_at_least(2, MAX_CONTEXT), default=None, metavar="L0",
                    help="trained context L0 given to the schemes (default: the model's max_position_embeddings)")
     p.add_argument("--quick", action="store_true",
-                   help=f"smoke run: L0={QUICK_L0} unless given, 2·L0-token loss pass on the first text, "
-                        "passkey at L0/2 and 2·L0 with 2 trials")
+                   help=f"smoke run: at most {QUICK_TOKENS} positions (a loss pass of min(2·L0, {QUICK_TOKENS}) tokens "
+                        f"on the first text; passkey at min(L0/2, {QUICK_TOKENS // 2}) and min(2·L0, {QUICK_TOKENS}) "
+                        "with 2 trials); L0 stays the model's, and the report says what was shortened")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the cells in --out")
     add_out(p, default=DEFAULT_OUT)
     add_json(p, help="also write the summary as JSON to FILE ('-': print it on stdout)")
@@ -123,11 +125,25 @@ def machine_note(threads: int) -> dict[str, Any]:
             "load_average_at_start": None if load is None else [round(x, 2) for x in load]}
 
 
+def shortened(args: argparse.Namespace, l0: int, declared_l0: int | None) -> list[str]:
+    """What this run changes from the model's own facts and from a full run, one sentence each (first line and
+    report)."""
+    said = []
+    if args.original_max_len is not None and args.original_max_len != declared_l0:
+        said.append(f"L0 = {args.original_max_len} given by --original-max-len; the model was trained to "
+                    f"{declared_l0}")
+    if args.quick:
+        reach = min(2 * l0, QUICK_TOKENS)
+        said.append(f"--quick: positions up to {reach} only" + (
+            f" — nothing past L0 = {l0} is measured, so no finding about extrapolation" if reach <= l0 else ""))
+    return said
+
+
 def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
     from posenc.extend.grid import GridConfig
     from posenc.extend.methods import check_methods
 
-    l0 = args.original_max_len if args.original_max_len is not None else (QUICK_L0 if args.quick else declared_l0)
+    l0 = args.original_max_len if args.original_max_len is not None else declared_l0
     if not l0 or l0 < 2:
         raise ValueError(f"the model declares no trained context (got {declared_l0}); pass --original-max-len L0")
     factors = [float(f) for f in args.factors]
@@ -135,9 +151,9 @@ def grid_config(args: argparse.Namespace, declared_l0: int | None) -> Any:
         raise ValueError(f"--factors must be positive, got {factors}")
     top = max(factors)
     texts = tuple(args.text or ("bible", "licenses"))
-    if args.quick:
-        max_tokens = 2 * l0 if args.max_tokens is None else args.max_tokens
-        lengths = args.lengths or [l0 // 2, 2 * l0]
+    if args.quick:  # shorter work, the same L0
+        max_tokens = min(2 * l0, QUICK_TOKENS) if args.max_tokens is None else args.max_tokens
+        lengths = args.lengths or sorted({min(l0 // 2, QUICK_TOKENS // 2), min(2 * l0, QUICK_TOKENS)})
         trials = min(args.passkey_trials, 2)
         texts = texts[:1]
     else:
@@ -238,12 +254,17 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
         raise ValueError(f"this posenc build cannot load pretrained checkpoints ({err})") from None
     began = time.perf_counter()
     pm = load_pretrained(str(path), dtype=dtype_of(args), device=device_of(args), weights=args.weights)
-    declared = trained_context(pm.config)
+    # L0 is the model's own (the one reading: posenc.pretrained.description), whatever --quick shortens
+    declared = pm.description.trained_context if pm.description is not None else trained_context(pm.config)
     cfg = grid_config(args, declared)
-    meta.update({"model": str(path), "declared_context": declared, "grid": config_dict(cfg),
+    notes = shortened(args, cfg.original_max_len, declared)
+    meta.update({"model": str(path), "declared_context": declared, "shortened": "; ".join(notes) or "nothing",
+                 "grid": config_dict(cfg),
                  "left_out": LEFT_OUT, "load_seconds": round(time.perf_counter() - began, 1)})
     stream = sys.stderr if json_to_stdout(args) else sys.stdout  # keep stdout pure JSON under --json -
     log = (lambda _msg: None) if args.quiet else (lambda msg: print(msg, file=stream))
+    for note in notes:
+        print(f"extend: {note}", file=stream)  # even under --quiet: it changes what the numbers mean
     log(f"extend: {len(cfg.variants())} model variants × {len(cfg.documents)} text(s) at {cfg.loss_length} tokens; "
         f"passkey at {list(cfg.passkey_lengths)} × {cfg.passkey_trials} trials; L0 = {cfg.original_max_len}; "
         f"writing to {out or 'nowhere (--out -)'}")

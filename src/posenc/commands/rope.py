@@ -4,7 +4,8 @@
     posenc rope model.gguf --positions 4096,131072 --json -
     posenc rope --calc yarn --original-max-len 8192 --target-len 32768 --base 500000 --head-dim 128
 
-The numbers come from ``posenc.positions.rope_audit`` (plain data); this module prints them.
+The model is read once (``posenc.pretrained.description``: the plan the loader builds the model from); the
+numbers come from ``posenc.ropecheck.audit`` (plain data); this module prints them.
 """
 
 from __future__ import annotations
@@ -23,14 +24,35 @@ def _g(x: float) -> str:
     return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:.4g}"
 
 
+def _indices(indices: list[int]) -> str:
+    """[0, 1, 2, 4, 5] → "0-2, 4-5"."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
 def print_audit(report: dict[str, Any]) -> None:
-    print(f"{report['source']}: model_type {report['model_type']}, max_position_embeddings "
-          f"{report['max_position_embeddings']}; HF check: {'yes' if report['hf_checked'] else 'no (transformers absent or the model type unknown to it)'}")
+    family = f" (posenc family {report['family']})" if report.get("family") else " (not a family posenc runs)"
+    hf = (f"yes, against {report['hf_reading']}" if report["hf_checked"]
+          else f"no ({report.get('hf_reading') or 'transformers absent or the model type unknown to it'})")
+    print(f"{report['source']}: model_type {report['model_type']}{family}, trained context L₀ "
+          f"{report.get('trained_context') or report['max_position_embeddings']}; HF check: {hf}")
+    for line in report.get("supplied") or ():
+        print(f"  not stated by the file, supplied by posenc's {report.get('family')} family: {line}")
     for entry in report["layer_types"]:
         layers = (f" ({entry['layers']} layer{'s' if entry['layers'] != 1 else ''})" if entry.get("layers") else "")
+        window = entry.get("window") or {}
+        where = (f"  layers {_indices(entry['layer_indices'])}" if entry.get("layer_indices") else "") + (
+            f"; window {window['kind']} {window['size']}" if window.get("size") else "")
         print(f"\n[{entry['layer_type']}]{layers}: {entry['scheme']} "
               + " ".join(f"{k}={v}" for k, v in entry["options"].items() if v is not None and k not in
                          ("short_factor", "long_factor")))
+        if where:
+            print(where)
         if entry["scheme"] == "none":
             t = entry.get("temperature")
             if t:
@@ -54,8 +76,10 @@ def print_audit(report: dict[str, Any]) -> None:
         if hf and hf.get("computed_by"):
             verdict = "same" if hf.get("same") else "DIFFERENT"
             rel = hf.get("max_rel_diff")
-            print(f"  HF check ({hf['computed_by']}): {verdict} inv_freq (max rel diff {_g(rel) if rel is not None else '—'})"
-                  f" and attention factor ({hf['attention_factor']:.6g})")
+            kinds = ", ".join(hf.get("hf_layer_types") or [])
+            print(f"  HF check ({hf['computed_by']}{'; HF layer type ' + kinds if kinds else ''}): {verdict} inv_freq "
+                  f"on every layer (max rel diff {_g(rel) if rel is not None else '—'}) and attention factor "
+                  f"({hf['attention_factor']:.6g})")
     print("\nfindings:" if report["findings"] else "\nfindings: none")
     for f in report["findings"]:
         where = f" [{f['layer_type']}]" if f["layer_type"] else ""
@@ -77,7 +101,7 @@ def print_calc(calc: dict[str, Any]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from posenc.positions.rope_audit import audit, calculator, read_source
+    from posenc.ropecheck.audit import audit, calculator, read_source
 
     if args.calc:
         if args.original_max_len is None or args.target_len is None:
@@ -93,8 +117,11 @@ def run(args: argparse.Namespace) -> int:
     positions = None if args.positions is None else parse_list(args.positions, "--positions", convert=int)
     if positions is not None and any(p < 0 for p in positions):
         raise ValueError(f"--positions must be >= 0, got {positions}")
-    config, _ = read_source(args.source)
-    report = audit(config, positions=positions, hf_check=not args.no_hf, source=str(args.source))
+    import sys
+
+    model = read_source(args.source)
+    say = None if json_to_stdout(args) else (lambda line: print(line, file=sys.stderr, flush=True))
+    report = audit(model, positions=positions, hf_check=not args.no_hf, source=str(args.source), progress=say)
     if not json_to_stdout(args):
         print_audit(report)
     write_json(args, report, indent=1)

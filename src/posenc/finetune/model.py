@@ -99,8 +99,9 @@ def load_start(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: 
     # float weights: training (and LoRA beside each nn.Linear) needs them; a GGUF would otherwise load as stored,
     # its projections quantised QuantLinear modules with no gradient
     pm = load_pretrained(str(path), dtype=dtype, device=device, weights="dequantised")
-    return Start(pm.model.eval(), pm.tokenizer, int(pm.config.max_position_embeddings), str(path.resolve()),
-                 "pretrained")
+    # L0 from the one reading of the model (posenc.pretrained.description), as extend and rope take it
+    l0 = pm.description.trained_context if pm.description is not None else pm.config.max_position_embeddings
+    return Start(pm.model.eval(), pm.tokenizer, int(l0), str(path.resolve()), "pretrained")
 
 
 def method_model(model: nn.Module, method: str, *, factor: float | None, original_max_len: int,

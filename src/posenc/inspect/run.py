@@ -235,13 +235,9 @@ def inspect_checkpoint(
 
     Returns:
         Plain data: ``source``, ``tensors``, ``config``, ``located``, ``tying``,
-<<<<<<< HEAD
         ``position`` (learned table, rotary scheme, or none), ``more_positions`` (every
-        further stored position table, measured alike: an encoder–decoder's), ``relative``,
-=======
-        ``position`` (learned table, rotary scheme, or none), ``stacks`` (an
+        further stored position table, measured alike: an encoder–decoder's), ``stacks`` (an
         encoder–decoder's position scheme per stack, with its stored table; else None), ``relative``,
->>>>>>> s2s
         ``tokens`` and ``notes``.
     """
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)

@@ -28,11 +28,14 @@ from posenc.models.encoder import Encoder, EncoderConfig
 from posenc.models.encoder_decoder import EncoderDecoder
 from posenc.models.llama import LlamaConfig, LlamaLM
 from posenc.models.seq2seq import Seq2SeqConfig
+from posenc.pretrained.description import ModelDescription
 from posenc.pretrained.tokenizer import Tokenizer
 
 #: GGUF architectures whose as-stored (quantised) path is checked against their dequantised load (itself equal
 #: to HF's): every architecture posenc reads from GGUF. Others would load dequantised.
 AS_STORED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+#: The HF model types those architectures read as.
+AS_STORED_TYPES = ("llama", "qwen2", "qwen3", "gemma3_text")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -48,6 +51,8 @@ class Pretrained:
     #: how the weights are held (``posenc.pretrained.as_stored.WEIGHTS``) and, per quantised module, as what
     weights: str = "dequantised"
     stored: dict[str, str] = field(default_factory=dict)
+    #: the one reading of the checkpoint every command shares (``posenc.pretrained.description``)
+    description: ModelDescription | None = None
 
 
 def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
@@ -78,46 +83,43 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder; give an HF model folder or a .gguf file")
     from posenc.pretrained.as_stored import check_weights, quantise_model
+    from posenc.pretrained.description import read_model
 
-    gguf = path.is_file() and path.suffix.lower() == ".gguf"
+    if path.is_file() and path.suffix.lower() == ".json":
+        raise ValueError(f"{path}: a config.json alone holds no weights; give the model's folder or a .gguf file")
+    # the one reading of the model (posenc.pretrained.description): config, plan, tokenizer — shared by every command
+    reading = read_model(path)
+    d = reading.description
+    gguf = d.format == "gguf"
+    if gguf and d.family is None:
+        from posenc.formats.gguf_arch import arch_named
+
+        arch_named(d.model_type.removeprefix("gguf:"), path)  # refused, listing the architectures posenc reads
     asked = weights
     weights = check_weights(weights, gguf=gguf, device=device)
-    if gguf and weights == "as-stored":
-        from posenc.formats.gguf import open_mapped
-
-        # posenc's own bounded header walk, not gguf.GGUFReader: the reader builds a numpy view per metadata
-        # element (~147,000 for SmolLM2's vocabulary), 2-6 s of a 6 s as-stored load measured here
-        mapped = open_mapped(path)  # walked once: the as-stored loader below reuses it
-        arch = mapped.metadata.get("general.architecture")
-        if arch not in AS_STORED_ARCHS:  # not checked: dequantised
-            if asked == "as-stored":
-                raise ValueError(f"{path}: --weights as-stored is checked for GGUF architectures "
-                                 f"{list(AS_STORED_ARCHS)} only, not {arch!r}; use --weights dequantised")
-            weights = "dequantised"
+    if gguf and weights == "as-stored" and d.hf_config["model_type"] not in AS_STORED_TYPES:
+        if asked == "as-stored":  # not checked: dequantised
+            raise ValueError(f"{path}: --weights as-stored is checked for GGUF architectures "
+                             f"{list(AS_STORED_ARCHS)} only; use --weights dequantised")
+        weights = "dequantised"
     if gguf and weights == "as-stored":
         from posenc.pretrained.as_stored import load_gguf_as_stored
 
-        got = load_gguf_as_stored(path, dtype=dtype, pairing=pairing, mapped=mapped)
+        got = load_gguf_as_stored(Path(reading.mapped.path), dtype=dtype, pairing=pairing, mapped=reading.mapped,
+                                  hf_config=d.hf_config, tokenizer=reading.tokenizer)
         return Pretrained(model=got["model"], config=got["config"], tokenizer=got["tokenizer"], source=str(path),
-                          hf_config=got["hf_config"], weights=weights, stored=got["stored"])
+                          hf_config=got["hf_config"], weights=weights, stored=got["stored"], description=d)
     if gguf:
-        pm = _load_gguf(path, dtype=dtype, device=device, pairing=pairing)
+        pm = _load_gguf(Path(reading.mapped.path), reading, dtype=dtype, device=device, pairing=pairing)
         if weights in ("int8", "int4"):
             pm.stored, pm.weights = quantise_model(pm.model, 8 if weights == "int8" else 4), weights
         return pm
-    if path.is_file():
-        from posenc.formats.safetensors import refuse_pickle
-
-        refuse_pickle(path)
-        raise ValueError(f"{path}: give the model's folder (config.json + *.safetensors + tokenizer.json) "
-                         "or a .gguf file, not a single weight file")
     from posenc.pretrained.hf import load_hf_folder
-    from posenc.pretrained.tokenizer import load_hf_tokenizer
 
-    model, hf = load_hf_folder(path, dtype=dtype, device=device, pairing=pairing)
+    model, hf = load_hf_folder(path, dtype=dtype, device=device, pairing=pairing, hf=d.hf_config)
     stored = quantise_model(model, 8 if weights == "int8" else 4) if weights in ("int8", "int4") else {}
-    return Pretrained(model=model, config=model.config, tokenizer=load_hf_tokenizer(path, hf), source=str(path),
-                      hf_config=hf, weights=weights, stored=stored)
+    return Pretrained(model=model, config=model.config, tokenizer=reading.tokenizer, source=str(path),
+                      hf_config=hf, weights=weights, stored=stored, description=d)
 
 
 def require_causal_lm(path: str | Path, *, command: str) -> None:
@@ -161,23 +163,25 @@ def require_causal_lm(path: str | Path, *, command: str) -> None:
                      "tables")
 
 
-def _load_gguf(path: Path, *, dtype: torch.dtype, device: str | torch.device, pairing: str) -> Pretrained:
-    """A GGUF file: ``read_gguf`` gives HF-layout tensors and config; the HF path does the rest."""
+def _load_gguf(path: Path, reading: Any, *, dtype: torch.dtype, device: str | torch.device,
+               pairing: str) -> Pretrained:
+    """A GGUF file dequantised: ``read_gguf`` gives HF-layout tensors for the description's config; the HF path does
+    the rest."""
     from posenc.models.llama import build_llama
     from posenc.formats.gguf import read_gguf
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
 
+    d = reading.description
     # interleaved: run llama.cpp's q/k rows as stored (no permutation at all); half: rows un-permuted as read
-    ckpt = read_gguf(path, keep_interleaved=pairing == "interleaved", dtype=dtype)
-    config = llama_config_from_hf(ckpt.hf_config, pairing=pairing)
+    ckpt = read_gguf(path, keep_interleaved=pairing == "interleaved", dtype=dtype, config=dict(d.hf_config),
+                     tokenizer=False)
+    config = llama_config_from_hf(d.hf_config, pairing=pairing, source=str(path))
     model = build_llama(config, device="meta")
     # the model takes over the tensors read_gguf cast to `dtype`: one copy of the weights in memory
     load_llama_weights(model, ckpt.tensors.items(), source=str(path), dtype=dtype, device=device,
                        source_pairing=ckpt.pairing)
-    tokenizer = Tokenizer(ckpt.tokenizer, bos_id=ckpt.bos_id, eos_id=ckpt.eos_id, chat_template=ckpt.chat_template,
-                          add_bos=ckpt.add_bos_token)
-    return Pretrained(model=model.eval(), config=config, tokenizer=tokenizer, source=str(path),
-                      hf_config=ckpt.hf_config)
+    return Pretrained(model=model.eval(), config=config, tokenizer=reading.tokenizer, source=str(path),
+                      hf_config=d.hf_config, description=d)
 
 
-__all__ = ["DTYPES", "Pretrained", "Tokenizer", "load_pretrained", "require_causal_lm"]
+__all__ = ["DTYPES", "ModelDescription", "Pretrained", "Tokenizer", "load_pretrained", "require_causal_lm"]

@@ -111,11 +111,13 @@ def _install(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent) if parent else model, attr, module)
 
 
-def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped: Any = None) -> dict[str, Any]:
+def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped: Any = None,
+                        hf_config: dict[str, Any] | None = None, tokenizer: Any = None) -> dict[str, Any]:
     """A GGUF file with its group-quantised blocks kept (see the module docstring).
 
     ``mapped``: the file's ``posenc.formats.gguf.open_mapped`` result when the caller already has it (its
-    header walk is half of a load's file reading); None opens the file here.
+    header walk is half of a load's file reading); None opens the file here. ``hf_config`` and ``tokenizer``:
+    the file's config and tokenizer as already read (``posenc.pretrained.description``); None reads them here.
 
     Returns:
         {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
@@ -132,7 +134,8 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     if mapped is None or Path(mapped.path) != Path(path):
         mapped = open_mapped(path)  # memory-mapped: tensor data is read where it lies, when it is used
     meta = mapped.metadata
-    hf = config_of(mapped, meta, path)  # with Llama 3.1's rope_freqs tensor read into rope_scaling
+    # with Llama 3.1's rope_freqs tensor read into rope_scaling
+    hf = config_of(mapped, meta, path) if hf_config is None else dict(hf_config)
     found = index_tensors(mapped, path, hf)
     hf["tie_word_embeddings"] = "lm_head.weight" not in found
     cfg = llama_config_from_hf(hf, pairing=pairing, source=str(path))
@@ -181,8 +184,8 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     for n, t in rest:
         stored[family.posenc_name(n)] = f"{type_name(t)} → {str(dtype).removeprefix('torch.')}"
     load_llama_weights(model, tensors, source=str(path), dtype=dtype, device="cpu", source_pairing=source_pairing)
-    return {"model": model.eval(), "config": cfg, "hf_config": hf, "tokenizer": gguf_tokenizer(meta, path),
-            "stored": stored}
+    return {"model": model.eval(), "config": cfg, "hf_config": hf,
+            "tokenizer": gguf_tokenizer(meta, path) if tokenizer is None else tokenizer, "stored": stored}
 
 
 def quantise_model(model: nn.Module, bits: int) -> dict[str, str]:

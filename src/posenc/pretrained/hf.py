@@ -143,8 +143,10 @@ def load_llama_weights(model: LlamaLM, tensors: Iterable[tuple[str, Tensor]], *,
 
 
 def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                   pairing: str = "interleaved") -> tuple[LlamaLM, dict[str, Any]]:
+                   pairing: str = "interleaved", hf: dict[str, Any] | None = None) -> tuple[LlamaLM, dict[str, Any]]:
     """(model, config.json dict) from an HF model folder; see the module docstring.
+
+    ``hf``: config.json as already read (``posenc.pretrained.description``); None reads it here.
 
     Raises:
         FileNotFoundError: no folder, or no config.json in it.
@@ -158,7 +160,8 @@ def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
         raise FileNotFoundError(f"{folder}: no config.json; a model folder needs config.json next to its "
                                 ".safetensors weights (download it from the model's repository)")
     config_path = folder / "config.json"
-    hf = read_json(config_path, limit=MAX_CONFIG_BYTES)  # bounded: a 200 MB config.json is refused unread
+    if hf is None:
+        hf = read_json(config_path, limit=MAX_CONFIG_BYTES)  # bounded: a 200 MB config.json is refused unread
     HFConfig(hf, source=str(config_path))  # a JSON object, not a list or a number
     from posenc.pretrained.stacks import is_stack_family, load_stack_folder
 

@@ -1,14 +1,19 @@
-"""What a model's config says its RoPE is, checked against float64 and against HF's own functions.
+"""What a model's RoPE is, per layer, checked against float64 and against HF's own reading of the same file.
 
-``audit(config)`` takes an HF ``config.json`` dict of any ``model_type`` (or the
-dict ``gguf_config`` makes from a GGUF file's metadata) and returns plain data,
-per layer type: the posenc scheme and options the RoPE block derives, the
+``audit(description)`` takes a model's one reading (``posenc.pretrained.description``:
+the layer plan the loader builds the model from) — or an HF ``config.json`` dict of
+any ``model_type``, described on the spot — and returns plain data, per group of
+layers that run the same setting: the posenc scheme and options of the loaded plan, the
 inverse frequencies θ_i and wavelengths 2π/θ_i against the trained length L₀
 (how many pairs turn fully inside L₀ — the quantity YaRN's ramp is built on),
 the attention factor, the angle and cos/sin error at chosen positions when an
 engine forms p·θ and cos/sin in float32, bf16 or fp16 (positions held in that
 dtype too) instead of float64, and — where ``transformers`` is installed —
-whether HF's own ``ROPE_INIT_FUNCTIONS`` give the same θ and attention factor.
+whether HF, reading the same file itself (``AutoConfig`` for a config.json, its
+GGUF loader for a ``.gguf``), runs the same layer types, windows and rotated
+layers and computes the same θ and attention factor for every layer (its model's
+own rotary-embedding module, else ``ROPE_INIT_FUNCTIONS``). A plan misread by
+posenc is caught there, not confirmed: HF's numbers come from HF's reading.
 Anything wrong or surprising is a *finding* with its numbers: a disagreement
 with HF, a ``rope_theta`` the config does not give (HF then falls back to its
 class's ``default_theta``), a YaRN attention factor below 1 (``mscale`` and
@@ -19,7 +24,8 @@ positions a low-precision dtype cannot hold.
 the HF config block and the GGUF / llama.cpp settings that extend L₀ to a
 target length with a method.
 
-The command ``posenc rope`` prints these (``posenc.commands.rope``).
+The command ``posenc rope`` prints these (``posenc.commands.rope``). A model type
+posenc does not run is audited from its config's RoPE block alone, and says so.
 """
 
 from __future__ import annotations
@@ -42,67 +48,28 @@ SAME_THETA = 1e-5
 
 
 # -- reading --------------------------------------------------------------------------------------------------------
-def read_source(path: str | Path) -> tuple[dict[str, Any], str]:
-    """(HF-style config dict, kind) of a config.json, a folder holding one, or a GGUF file."""
+def read_source(path: str | Path) -> Any:
+    """The one reading (``ModelDescription``) of a config.json, a folder holding one, or a GGUF file — the same
+    reading the loader builds the model from (the tokenizer is not read)."""
+    from posenc.pretrained.description import describe
+
     path = Path(path)
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
+    if path.is_dir() and not (path / "config.json").exists() and not list(path.glob("*.gguf")):
+        raise FileNotFoundError(f"{path / 'config.json'}: no such file (give a config.json, a model folder or a "
+                                ".gguf file)")
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise ValueError(f"{path}: not a regular file (a FIFO or a device?); give a config.json, a model folder "
+                         "or a .gguf file")
+    if not path.exists():
         raise FileNotFoundError(f"{path}: no such file (give a config.json, a model folder or a .gguf file)")
-    with path.open("rb") as f:
-        magic = f.read(4)
-    if magic == b"GGUF":
-        return gguf_config(path), "gguf"
-    from posenc.formats.safetensors import MAX_CONFIG_BYTES, read_json
+    if path.is_file() and path.suffix.lower() not in (".json", ".gguf"):
+        with path.open("rb") as f:
+            if f.read(4) != b"GGUF":
+                from posenc.pretrained.description import describe_config
+                from posenc.formats.safetensors import MAX_CONFIG_BYTES, read_json
 
-    config = read_json(path, limit=MAX_CONFIG_BYTES)  # not JSON (nor a GGUF): refused naming the file
-    if not isinstance(config, dict):
-        raise ValueError(f"{path}: config.json must be a JSON object, got {type(config).__name__}")
-    return config, "hf"
-
-
-def gguf_config(path: Path) -> dict[str, Any]:
-    """An HF-style dict of a GGUF file's RoPE metadata, for any architecture (``{arch}.rope.*`` keys)."""
-    from posenc.formats.gguf import open_gguf, read_metadata
-
-    meta = read_metadata(open_gguf(path))
-    arch = meta.get("general.architecture")
-    if not isinstance(arch, str):
-        raise ValueError(f"{path}: GGUF metadata has no general.architecture")
-    get = lambda key, default=None: meta.get(f"{arch}.{key}", default)  # noqa: E731
-    heads = int(get("attention.head_count", 1))
-    hidden = int(get("embedding_length", 0))
-    head_dim = int(get("attention.key_length", hidden // heads if heads else 0))
-    rope_dim = int(get("rope.dimension_count", head_dim))
-    config: dict[str, Any] = {"model_type": f"gguf:{arch}", "num_attention_heads": heads, "hidden_size": hidden,
-                              "head_dim": head_dim, "max_position_embeddings": int(get("context_length", 2048)),
-                              "num_hidden_layers": int(get("block_count", 0)), "_gguf_keys": {}}
-    if rope_dim != head_dim and head_dim:
-        config["partial_rotary_factor"] = rope_dim / head_dim
-    if get("rope.freq_base") is not None:
-        config["rope_theta"] = float(get("rope.freq_base"))
-    block: dict[str, Any] = {}
-    kind = get("rope.scaling.type")
-    factor = get("rope.scaling.factor", get("rope.scale_linear"))
-    if kind not in (None, "none"):
-        block = {"rope_type": str(kind), "factor": None if factor is None else float(factor)}
-        original = get("rope.scaling.original_context_length")
-        if original is not None:
-            block["original_max_position_embeddings"] = int(original)
-        for key, hf in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-            if get(f"rope.scaling.{key}") is not None:
-                block[hf] = float(get(f"rope.scaling.{key}"))
-        extra = get("rope.scaling.attn_factor")
-        if extra is not None:
-            from posenc.formats.gguf import llama_cpp_attention_factor
-
-            block["attention_factor"] = llama_cpp_attention_factor(kind, factor, extra)
-    if block:
-        config["rope_scaling"] = block
-    if get("rope.freq_base_swa") is not None:  # Gemma 3-style files: sliding layers have their own base
-        config["rope_local_base_freq"] = float(get("rope.freq_base_swa"))
-    config["_gguf_keys"] = {k: v for k, v in meta.items() if k.startswith(f"{arch}.rope") or k.endswith("context_length")}
-    return config
+                return describe_config(read_json(path, limit=MAX_CONFIG_BYTES), source=str(path))
+    return describe(path, tokenizer=False)
 
 
 # -- is it RoPE at all? -------------------------------------------------------------------------------------------
@@ -153,7 +120,9 @@ def not_rotary(config: dict[str, Any]) -> str | None:
         return f"learned relative ({kind}, Shaw et al. / Huang et al.)"
     if isinstance(clean.get("relative_attention_num_buckets"), int):
         return f"T5's bucketed relative bias ({clean['relative_attention_num_buckets']} buckets)"
-    hf = hf_config(config) if config.get("model_type") not in (None, "llama") else None
+    from posenc.ropecheck.hf import config_of_dict
+
+    hf = config_of_dict(config) if config.get("model_type") not in (None, "llama") else None
     if hf is not None and not any(getattr(hf, name, None) is not None for name in
                                   ("rope_parameters", "rope_theta", "rotary_dim", "rotary_value")):
         return f"not rotary (transformers' {type(hf).__name__} has no RoPE parameters)"
@@ -285,102 +254,146 @@ def precision(theta: torch.Tensor, positions: list[int], attention_factor: float
     return rows
 
 
-# -- HF's own functions -------------------------------------------------------------------------------------------
-def hf_config(config: dict[str, Any]) -> Any:
-    """transformers' config object for this model type (None: transformers absent or the type unknown)."""
-    try:
-        from transformers import AutoConfig
-    except ImportError:
-        return None
-    model_type = config.get("model_type")
-    if not isinstance(model_type, str) or model_type.startswith("gguf:"):
-        model_type = "llama"  # a GGUF's RoPE keys read as a Llama config: HF's functions see the same numbers
-    clean = {k: v for k, v in config.items() if not k.startswith("_") and k != "model_type"}
-    try:
-        return AutoConfig.for_model(model_type, **clean)
-    except Exception:  # noqa: BLE001 - any model type transformers does not know, or a config it refuses
-        return None
-
-
-def hf_frequencies(cfg: Any, block: dict[str, Any], layer_type: str, head_dim: int) -> tuple[torch.Tensor, float, str]:
-    """(θ, attention factor, what computed it) from HF: ``ROPE_INIT_FUNCTIONS[rope_type]``, or HF's default
-    formula 1/base^(2i/R) for the default type (each model's ``compute_default_rope_parameters``)."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    params = cfg.rope_parameters
-    nested = isinstance(params, dict) and layer_type in params and isinstance(params[layer_type], dict)
-    own = params[layer_type] if nested else params
-    rope_type = own.get("rope_type", "default")
-    if rope_type in ROPE_INIT_FUNCTIONS:
-        kwargs = {"layer_type": layer_type} if nested else {}
-        theta, factor = ROPE_INIT_FUNCTIONS[rope_type](cfg, None, **kwargs)
-        return theta.double(), float(factor), f"ROPE_INIT_FUNCTIONS[{rope_type!r}]"
-    base = float(own["rope_theta"])
-    dim = int(head_dim * float(own.get("partial_rotary_factor", 1.0)))
-    theta = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
-    return theta.double(), 1.0, "HF's default formula (float32)"
-
-
 # -- the audit ----------------------------------------------------------------------------------------------------
 def original_length(options: dict[str, Any], config: dict[str, Any]) -> int:
     return int(options.get("original_max_len") or config.get("original_max_position_embeddings")
                or config.get("max_position_embeddings") or 2048)
 
 
-def audit(config: dict[str, Any], *, positions: list[int] | None = None, hf_check: bool = True,
-          source: str = "config.json") -> dict[str, Any]:
+def audit(model: Any, *, positions: list[int] | None = None, hf_check: bool = True,
+          source: str | None = None, progress: Any = None) -> dict[str, Any]:
     """Everything ``posenc rope`` prints, as plain data (see the module docstring).
+
+    Args:
+        model: a ``ModelDescription`` (``posenc.pretrained.description``), or an HF config dict (described here).
+        positions: positions for the precision table (default L₀ − 1, 4·L₀, 2¹⁷ − 1).
+        hf_check: compare with HF's own reading (needs transformers).
+        source: what to call the model (default the description's source).
+        progress: called with a line before a slow step (HF's GGUF loader), or None.
 
     Raises:
         ValueError: the model has no rotary positions (naming the scheme it has), rather than an audit of a RoPE
-            it does not use.
+            it does not use; or a config the loader refuses, with the loader's message.
     """
-    scheme = not_rotary(config)
+    from posenc.pretrained.description import ModelDescription, describe_config
+
+    if not isinstance(model, ModelDescription):
+        model = describe_config(model, source=source or "config.json")
+    source = source or model.source
+    config = model.hf_config
+    scheme = not_rotary(config) if model.family is None else _plan_not_rotary(model)
     if scheme is not None:
         raise ValueError(f"{source}: this model ({config.get('model_type')}) has no rotary positions — its positions "
                          f"are {scheme}; posenc rope audits RoPE only (`posenc inspect` measures other position "
                          "tables)")
     findings: list[dict[str, Any]] = []
     blocks = layer_blocks(config, findings)
-    counts = _layer_counts(config, blocks)
-    cfg = hf_config(config) if hf_check else None
-    out: dict[str, Any] = {"source": source, "model_type": config.get("model_type"),
-                           "max_position_embeddings": config.get("max_position_embeddings"), "layer_types": [],
-                           "findings": findings, "hf_checked": cfg is not None}
-    for layer_type, block in blocks.items():
-        name, options, head_dim = derive(block, config, layer_type)
+    hf_cfg, hf_why = None, None
+    if hf_check:
+        hf_cfg, hf_why = _hf_reading(model, progress)
+    out: dict[str, Any] = {"source": source, "model_type": config.get("model_type"), "family": model.family,
+                           "format": model.format, "max_position_embeddings": config.get("max_position_embeddings"),
+                           "trained_context": model.trained_context, "supplied": list(model.supplied),
+                           "layer_types": [], "findings": findings, "hf_checked": hf_cfg is not None,
+                           "hf_reading": _hf_reading_name(model) if hf_cfg is not None else hf_why}
+    if model.family is None:
+        findings.append(finding("info", None, f"posenc does not run model_type {config.get('model_type')!r}: its RoPE "
+                                "is derived from the config's RoPE block alone, not from a loaded layer plan"))
+        groups = _groups_from_blocks(config, blocks)
+    else:
+        groups = _groups_from_plan(model, config, blocks)
+    hf_layers = None
+    if hf_cfg is not None:
+        num_layers = len(model.plan) or int(config.get("num_hidden_layers") or 1)
+        from posenc.ropecheck.hf import layers as hf_layers_of
+
+        try:
+            hf_layers = hf_layers_of(hf_cfg, num_layers, lambda t: head_width(config, t))
+        except Exception as err:  # noqa: BLE001 - HF's own code refused its own config: that is itself a finding
+            findings.append(finding("warning", None, f"HF's RoPE code failed on its reading of this model: "
+                                    f"{type(err).__name__}: {err}"))
+            out["hf_checked"] = False
+    for group in groups:
+        if group["scheme"] == "none":
+            out["layer_types"].append(_nope_entry(group, config))
+            continue
+        layer_type, name, options, head_dim = group["layer_type"], group["scheme"], group["options"], group["head_dim"]
         scheme = build(name, dim=head_dim, num_heads=1, **{k: v for k, v in options.items() if v is not None})
         theta = scheme.inv_freq().double()
         factor = float(scheme.attention_factor)
         original = original_length(options, config)
         asked = positions if positions is not None else sorted({original - 1, 4 * original, 2**17 - 1})
-        entry: dict[str, Any] = {"layer_type": layer_type, "layers": counts.get(layer_type), "rope_type":
-                                 block.get("rope_type"), "scheme": name, "options": options, "head_dim": head_dim,
-                                 "original_max_len": original, "attention_factor": factor,
+        block = group.get("block") or {}
+        entry: dict[str, Any] = {"layer_type": layer_type, "layers": len(group["indices"]) or None,
+                                 "layer_indices": group["indices"], "window": group.get("window"),
+                                 "rope_type": block.get("rope_type"), "scheme": name, "options": options,
+                                 "head_dim": head_dim, "original_max_len": original, "attention_factor": factor,
                                  **frequency_table(theta, original), "precision": precision(theta, asked, factor)}
-        _yarn_findings(block, options, config, layer_type, findings)
+        if block:
+            _yarn_findings(block, options, config, layer_type, findings)
         _precision_findings(entry, layer_type, findings)
-        if cfg is not None and name != "mrope":
-            entry["hf"] = _hf_compare(cfg, block, layer_type, head_dim, theta, factor, findings)
+        if hf_layers is not None and name != "mrope":
+            entry["hf"] = _hf_compare(hf_layers, group, theta, factor, findings)
         out["layer_types"].append(entry)
-    nope = _nope_layers(config)
-    if nope:
-        out["layer_types"].append(nope)
+    if hf_layers is not None and model.plan:
+        _hf_plan_findings(hf_layers, model, findings)
     return out
 
 
-def _layer_counts(config: dict[str, Any], blocks: dict[str, Any]) -> dict[str, int]:
+def _plan_not_rotary(model: Any) -> str | None:
+    """How a model posenc runs places its tokens when no layer of its plan (nor its input) is rotary."""
+    if any(lookup(spec["position"]).family == "rotary" for spec in model.plan):
+        return None
+    return not_rotary(model.hf_config)
+
+
+def _layer_label(config: dict[str, Any], indices: list[int], fallback: str) -> str:
+    types = config.get("layer_types")
+    if isinstance(types, list) and indices and all(i < len(types) for i in indices):
+        named = {types[i] for i in indices}
+        if len(named) == 1:
+            return str(next(iter(named)))
+    return fallback
+
+
+def _groups_from_plan(model: Any, config: dict[str, Any], blocks: dict[str, Any]) -> list[dict[str, Any]]:
+    """One group per distinct layer spec of the loaded plan, labelled by HF's layer type where one names it."""
+    groups = model.layer_groups()
+    out = []
+    for k, (spec, indices) in enumerate(groups):
+        if spec["position"] == "none":
+            fallback = "nope"
+        else:
+            fallback = "all" if len(groups) == 1 else f"group {k + 1}"
+        label = _layer_label(config, indices, fallback)
+        block = blocks.get(label) or (blocks.get("all") if len(blocks) == 1 else None)
+        window = spec.get("window") or {"kind": "full"}
+        out.append({"layer_type": label, "indices": indices, "scheme": spec["position"],
+                    "options": dict(spec.get("position_options") or {}), "window": window,
+                    "query_scale": spec.get("query_scale"),
+                    "head_dim": head_width(config, None if label in ("all", "nope") else label), "block": block})
+    return out
+
+
+def _groups_from_blocks(config: dict[str, Any], blocks: dict[str, Any]) -> list[dict[str, Any]]:
+    """Groups for a model type posenc does not run: one per RoPE block of the config (no loaded plan)."""
     types = config.get("layer_types")
     layers = int(config.get("num_hidden_layers") or 0)
-    if isinstance(types, list) and set(blocks) <= set(types):
-        return {t: types.count(t) for t in blocks}
-    if list(blocks) == ["all"]:
-        return {"all": layers - len(_nope_indices(config))}
-    if set(blocks) == {"full_attention", "sliding_attention"} and layers:  # Gemma 3 without layer_types
-        pattern = int(config.get("sliding_window_pattern") or 6)
-        full = sum((i + 1) % pattern == 0 for i in range(layers))
-        return {"full_attention": full, "sliding_attention": layers - full}
-    return {}
+    nope = _nope_indices(config)
+    out = []
+    for layer_type, block in blocks.items():
+        name, options, head_dim = derive(block, config, layer_type)
+        if isinstance(types, list) and layer_type in types:
+            indices = [i for i, t in enumerate(types) if t == layer_type]
+        elif layer_type == "all":
+            indices = [i for i in range(layers) if i not in nope]
+        else:
+            indices = []
+        out.append({"layer_type": layer_type, "indices": indices, "scheme": name, "options": options,
+                    "head_dim": head_dim, "block": block})
+    if nope:
+        out.append({"layer_type": "nope", "indices": nope, "scheme": "none", "options": {}, "query_scale": None})
+    return out
 
 
 def _nope_indices(config: dict[str, Any]) -> list[int]:
@@ -388,18 +401,19 @@ def _nope_indices(config: dict[str, Any]) -> list[int]:
     return [i for i, f in enumerate(flags) if not f] if isinstance(flags, list) else []
 
 
-def _nope_layers(config: dict[str, Any]) -> dict[str, Any] | None:
-    indices = _nope_indices(config)
-    if not indices:
-        return None
-    entry: dict[str, Any] = {"layer_type": "nope", "layers": len(indices), "scheme": "none", "options": {},
-                             "layer_indices": indices}
-    if config.get("attn_temperature_tuning"):
-        scale = Llama4QueryScale(floor_scale=int(config.get("floor_scale", 8192)),
-                                 attn_scale=float(config.get("attn_scale", 0.1)))
-        probe = [0, scale.floor_scale - 1, 4 * scale.floor_scale, 2**17 - 1]
-        entry["temperature"] = {"kind": "llama4", "floor_scale": scale.floor_scale, "attn_scale": scale.attn_scale,
-                                "factor_at": dict(zip(probe, scale.factor(torch.tensor(probe)).tolist()))}
+def _nope_entry(group: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    indices = group["indices"]
+    entry: dict[str, Any] = {"layer_type": group["layer_type"], "layers": len(indices), "scheme": "none",
+                             "options": {}, "layer_indices": indices, "window": group.get("window")}
+    scale = group.get("query_scale")
+    if scale is None and config.get("attn_temperature_tuning") and not group.get("window"):
+        scale = {"kind": "llama4", "floor_scale": config.get("floor_scale", 8192),
+                 "attn_scale": config.get("attn_scale", 0.1)}
+    if scale and scale.get("kind") == "llama4":
+        q = Llama4QueryScale(floor_scale=int(scale["floor_scale"]), attn_scale=float(scale["attn_scale"]))
+        probe = [0, q.floor_scale - 1, 4 * q.floor_scale, 2**17 - 1]
+        entry["temperature"] = {"kind": "llama4", "floor_scale": q.floor_scale, "attn_scale": q.attn_scale,
+                                "factor_at": dict(zip(probe, q.factor(torch.tensor(probe)).tolist()))}
     return entry
 
 
@@ -444,33 +458,99 @@ def _precision_findings(entry: dict[str, Any], layer_type: str, findings: list[d
                          "max_cos_error": worst}))
 
 
-def _hf_compare(cfg: Any, block: dict[str, Any], layer_type: str, head_dim: int, theta: torch.Tensor, factor: float,
-                findings: list[dict[str, Any]]) -> dict[str, Any]:
+# -- HF's own reading ---------------------------------------------------------------------------------------------
+def _hf_reading_name(model: Any) -> str:
+    return ("transformers' GGUF loader" if model.format == "gguf" and model.family is not None
+            else "transformers' AutoConfig")
+
+
+def _hf_reading(model: Any, progress: Any) -> tuple[Any, str | None]:
+    """(transformers' own config of this model, None) or (None, why not)."""
+    from posenc.ropecheck import hf
+
     try:
-        ref, ref_factor, how = hf_frequencies(cfg, block, layer_type, head_dim)
-    except Exception as err:  # noqa: BLE001 - HF's function refused the config: that is itself a finding
-        findings.append(finding("warning", layer_type, f"HF's RoPE function failed on this config: "
-                                f"{type(err).__name__}: {err}"))
-        return {"computed_by": None, "error": f"{type(err).__name__}: {err}"}
-    out: dict[str, Any] = {"computed_by": how, "attention_factor": ref_factor}
-    if ref.shape != theta.shape:
-        out["same"] = False
-        findings.append(finding("error", layer_type, f"HF ({how}) gives {ref.numel()} frequencies, posenc "
-                                f"{theta.numel()}", {"hf": ref.numel(), "posenc": theta.numel()}))
-        return out
+        import transformers  # noqa: F401
+    except ImportError:
+        return None, "transformers is not installed (pip install transformers to compare with HF's own reading)"
+    if model.format == "gguf" and model.family is not None:
+        if progress is not None:
+            progress(f"reading {Path(model.source).name} with transformers' own GGUF loader (HF's reading, to compare "
+                     "with; large vocabularies take tens of seconds; --no-hf skips it)")
+        return hf.config_of_gguf(Path(model.source))
+    cfg = hf.config_of_dict(model.hf_config)
+    return cfg, None if cfg is not None else f"transformers does not know model_type {model.model_type!r}"
+
+
+def _hf_compare(hf_layers: list[Any], group: dict[str, Any], theta: torch.Tensor, factor: float,
+                findings: list[dict[str, Any]]) -> dict[str, Any]:
+    """posenc's θ and factor for a group against HF's, layer by layer (HF's reading of each of its layers)."""
+    layer_type = group["layer_type"]
+    indices = [i for i in group["indices"] if i < len(hf_layers)] or ([0] if hf_layers else [])
+    theirs = [hf_layers[i] for i in indices]
+    rotating = [h for h in theirs if h.rotates]
+    if not rotating:
+        return {"computed_by": None, "same": False}
+    worst_rel, same_factor, how, bad_layers = 0.0, True, rotating[0].computed_by, []
     scale = theta.abs().clamp(min=1e-300)
-    rel = float(((ref - theta).abs() / scale).max()) if theta.numel() else 0.0
-    same_factor = math.isclose(ref_factor, factor, rel_tol=1e-9, abs_tol=1e-12)
-    out |= {"max_rel_diff": rel, "same": rel <= SAME_THETA and same_factor}
-    if rel > SAME_THETA:
-        worst = int(((ref - theta).abs() / scale).argmax())
-        findings.append(finding("error", layer_type, f"inv_freq differs from HF ({how}): max relative difference "
-                        f"{rel:.3g} at pair {worst} (posenc {float(theta[worst]):.9g}, HF {float(ref[worst]):.9g})",
-                        {"pair": worst, "posenc": float(theta[worst]), "hf": float(ref[worst]), "max_rel_diff": rel}))
+    for i, h in zip(indices, theirs):
+        if not h.rotates:
+            continue
+        if h.theta.shape != theta.shape:
+            findings.append(finding("error", layer_type, f"layer {i}: HF ({h.computed_by}) gives {h.theta.numel()} "
+                                    f"frequencies, posenc {theta.numel()}", {"hf": h.theta.numel(),
+                                                                             "posenc": theta.numel(), "layer": i}))
+            return {"computed_by": h.computed_by, "same": False, "attention_factor": h.attention_factor}
+        rel = float(((h.theta - theta).abs() / scale).max()) if theta.numel() else 0.0
+        if rel > SAME_THETA or not math.isclose(h.attention_factor, factor, rel_tol=1e-9, abs_tol=1e-12):
+            bad_layers.append(i)
+        if rel > worst_rel:
+            worst_rel = rel
+        same_factor &= math.isclose(h.attention_factor, factor, rel_tol=1e-9, abs_tol=1e-12)
+    ref = rotating[0]
+    out: dict[str, Any] = {"computed_by": how, "attention_factor": ref.attention_factor, "max_rel_diff": worst_rel,
+                           "same": not bad_layers, "hf_layer_types": sorted({h.layer_type for h in rotating})}
+    if worst_rel > SAME_THETA:
+        worst_layer = max((i for i, h in zip(indices, theirs) if h.rotates),
+                          key=lambda i: float(((hf_layers[i].theta - theta).abs() / scale).max()))
+        h = hf_layers[worst_layer]
+        pair = int(((h.theta - theta).abs() / scale).argmax())
+        findings.append(finding("error", layer_type, f"inv_freq differs from HF's own reading ({h.computed_by}) on "
+                        f"layer(s) {bad_layers}: max relative difference {worst_rel:.3g} at pair {pair} of layer "
+                        f"{worst_layer} (posenc {float(theta[pair]):.9g}, HF {float(h.theta[pair]):.9g})",
+                        {"pair": pair, "layer": worst_layer, "layers": bad_layers, "posenc": float(theta[pair]),
+                         "hf": float(h.theta[pair]), "max_rel_diff": worst_rel}))
     if not same_factor:
-        findings.append(finding("error", layer_type, f"attention factor differs from HF ({how}): posenc {factor:.9g}, "
-                        f"HF {ref_factor:.9g}", {"posenc": factor, "hf": ref_factor}))
+        findings.append(finding("error", layer_type, f"attention factor differs from HF's own reading ({how}): posenc "
+                        f"{factor:.9g}, HF {ref.attention_factor:.9g}", {"posenc": factor, "hf": ref.attention_factor}))
     return out
+
+
+def _hf_plan_findings(hf_layers: list[Any], model: Any, findings: list[dict[str, Any]]) -> None:
+    """Where the loaded plan and HF's reading disagree on which layers rotate or on a sliding window."""
+    plan = model.plan
+    if len(hf_layers) != len(plan):
+        findings.append(finding("error", None, f"posenc's plan has {len(plan)} layers, HF's reading "
+                                f"{len(hf_layers)}", {"posenc": len(plan), "hf": len(hf_layers)}))
+        return
+    rotates = [lookup(spec["position"]).family == "rotary" for spec in plan]
+    differ = [i for i, (mine, h) in enumerate(zip(rotates, hf_layers)) if mine != h.rotates]
+    if differ:
+        findings.append(finding("error", None, f"layers {differ}: posenc {'rotates' if rotates[differ[0]] else 'does not rotate'} "
+                                f"q/k where HF's reading {'does' if hf_layers[differ[0]].rotates else 'does not'}",
+                                {"layers": differ}))
+    windows = []
+    for i, (spec, h) in enumerate(zip(plan, hf_layers)):
+        if h.layer_type not in ("sliding_attention", "full_attention"):
+            continue  # HF names no window for this layer: nothing to compare
+        window = spec.get("window") or {"kind": "full"}
+        mine = window.get("size") if window.get("kind") == "sliding" else None
+        if mine != h.window:
+            windows.append((i, mine, h.window))
+    if windows:
+        i, mine, theirs = windows[0]
+        findings.append(finding("error", None, f"sliding window differs from HF's reading on layers "
+                                f"{[w[0] for w in windows]}: e.g. layer {i} posenc {mine or 'full'}, HF "
+                                f"{theirs or 'full'}", {"layers": [w[0] for w in windows]}))
 
 
 # -- the calculator -------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""``posenc rope``: derivation per layer type, frequencies against L₀, precision, HF's own functions, findings."""
+"""``posenc rope``: the loaded plan per layer group, frequencies against L₀, precision, HF's own reading, findings."""
 
 import json
 import math
@@ -8,10 +8,12 @@ import torch
 
 from posenc.cli import main
 from posenc.positions import build
-from posenc.positions.rope_audit import audit, calculator, precision, read_source
+from posenc.ropecheck.audit import audit, calculator, precision, read_source
 
 transformers = pytest.importorskip("transformers", minversion="5.0", reason="the HF comparison needs transformers 5")
 
+#: The sizes a config.json always states (the family's reader needs them: rope reads a model as the loader does).
+SIZES = dict(vocab_size=100, intermediate_size=128, num_hidden_layers=2)
 TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=6, intermediate_size=128,
             vocab_size=100, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
@@ -21,8 +23,8 @@ def tiny_configs():
     return {
         "gemma3": Gemma3TextConfig(**TINY, head_dim=16),
         "qwen3": Qwen3Config(**TINY, head_dim=16),
-        "deepseek_v3": DeepseekV3Config(**TINY, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, kv_lora_rank=32,
-                                        q_lora_rank=32, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        "deepseek_v3": DeepseekV3Config(**{**TINY, "num_key_value_heads": 4}, qk_rope_head_dim=16, qk_nope_head_dim=16, v_head_dim=16, kv_lora_rank=32,
+                                        q_lora_rank=32, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_group=1, topk_group=1,
                                         first_k_dense_replace=1, max_position_embeddings=16384,
                                         rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                                          "original_max_position_embeddings": 4096, "mscale": 1.0,
@@ -52,7 +54,7 @@ def test_tiny_configs_of_every_family_agree_with_hf(family):
 def test_frequencies_against_the_trained_length(gen):
     base, head_dim, original = 10 ** (2 + 4 * float(torch.rand((), generator=gen))), 64, int(torch.randint(64, 10**5, (1,), generator=gen))
     report = audit({"model_type": "llama", "head_dim": head_dim, "max_position_embeddings": original,
-                    "rope_theta": base, "num_attention_heads": 1, "hidden_size": head_dim}, hf_check=False)
+                    "rope_theta": base, "num_attention_heads": 1, "hidden_size": head_dim, **SIZES}, hf_check=False)
     (entry,) = report["layer_types"]
     theta = [base ** (-2 * i / head_dim) for i in range(head_dim // 2)]
     assert entry["full_turn_pairs"] == sum(2 * math.pi / t <= original for t in theta)
@@ -93,13 +95,13 @@ def test_swapped_mscale_is_a_finding():
 
 
 def test_a_disagreement_with_hf_is_a_finding_with_numbers(monkeypatch):
-    import posenc.positions.rope_audit as ra
-    real = ra.hf_frequencies
+    import posenc.ropecheck.hf as ra
+    real = ra.frequencies
 
     def skewed(*args, **kwargs):
         theta, factor, how = real(*args, **kwargs)
         return theta * torch.linspace(1, 1.01, theta.numel(), dtype=torch.float64), factor * 1.5, how
-    monkeypatch.setattr(ra, "hf_frequencies", skewed)
+    monkeypatch.setattr(ra, "frequencies", skewed)
     report = audit(tiny_configs()["qwen3"].to_dict())
     messages = [f["message"] for f in report["findings"] if f["severity"] == "error"]
     assert any("inv_freq differs from HF" in m and "pair 7" in m for m in messages), messages
@@ -109,7 +111,8 @@ def test_a_disagreement_with_hf_is_a_finding_with_numbers(monkeypatch):
 def test_calculator_blocks_round_trip(gen):
     original, target = 4096, int(torch.randint(5000, 10**5, (1,), generator=gen))
     yarn = calculator("yarn", original_max_len=original, target_len=target)
-    config = {"model_type": "llama", "head_dim": 128, "hidden_size": 128, "num_attention_heads": 1, **yarn["hf_config"]}
+    config = {"model_type": "llama", "head_dim": 128, "hidden_size": 128, "num_attention_heads": 1, **SIZES,
+              **yarn["hf_config"]}
     (entry,) = audit(config)["layer_types"]
     assert entry["scheme"] == "rope-yarn" and entry["options"]["factor"] == pytest.approx(target / original)
     assert entry["hf"]["same"]
@@ -145,9 +148,10 @@ def test_smollm2_gguf():
         pytest.skip("the SmolLM2 GGUF package is not installed")
     from pathlib import Path
     path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    config, kind = read_source(path)
-    assert kind == "gguf"
-    report = audit(config, source=str(path))
+    model = read_source(path)
+    assert model.format == "gguf" and model.family == "llama"
+    report = audit(model, source=str(path))
+    assert report["hf_reading"] == "transformers' GGUF loader"
     (entry,) = report["layer_types"]
     assert entry["scheme"] == "rope" and entry["options"]["base"] == 100000.0 and entry["layers"] == 30
     theta = [1e5 ** (-2 * i / 64) for i in range(32)]
@@ -229,6 +233,9 @@ def test_gguf_yarn_attn_factor_is_read_as_llama_cpp_applies_it(tmp_path, gen):
     w.add_embedding_length(64)
     w.add_context_length(8192)
     w.add_block_count(2)
+    w.add_feed_forward_length(128)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(100)
     w.add_rope_freq_base(10000.0)
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
     w.add_rope_scaling_factor(factor)
@@ -238,9 +245,11 @@ def test_gguf_yarn_attn_factor_is_read_as_llama_cpp_applies_it(tmp_path, gen):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    config, kind = read_source(tmp_path / "m.gguf")
+    model = read_source(tmp_path / "m.gguf")
     want = extra * (0.1 * math.log(factor) + 1)
-    assert kind == "gguf" and config["rope_scaling"]["attention_factor"] == pytest.approx(want, rel=1e-6)
+    assert model.format == "gguf" and model.hf_config["rope_scaling"]["attention_factor"] == pytest.approx(want, rel=1e-6)
+    (entry,) = audit(model, hf_check=False)["layer_types"]
+    assert entry["attention_factor"] == pytest.approx(want, rel=1e-6)  # the loaded plan's scheme: the same product
     from posenc.formats.gguf import _rope_scaling, open_gguf, read_metadata
     block = _rope_scaling(read_metadata(open_gguf(tmp_path / "m.gguf")), "llama", tmp_path / "m.gguf")
     assert block["attention_factor"] == pytest.approx(want, rel=1e-6)  # posenc's model reader: the same product

@@ -60,6 +60,22 @@ def _quiet_broken_pipe() -> int:
     return EXIT_RUNTIME
 
 
+#: The arguments that name a model (MODEL, CONFIG|MODEL, PATH): each takes a short name of ``posenc models``.
+MODEL_ARGUMENTS = ("model", "source", "path")
+
+
+def _model_names(args: argparse.Namespace) -> None:
+    """Replace a model's short name (``smollm2``, ``gemma3``) by its file, where no such path exists."""
+    from pathlib import Path
+
+    from posenc.pretrained.catalogue import MODELS, resolve
+
+    for name in MODEL_ARGUMENTS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value.lower() in MODELS and not Path(value).exists():
+            setattr(args, name, str(resolve(value, say=lambda line: print(line, file=sys.stderr, flush=True))))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``posenc`` command; return its exit code (usage errors 2, runtime failures 1).
 
@@ -76,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     args = parser.parse_args(argv)  # a usage error exits 2 here (argparse's SystemExit), --help 0
     try:
+        _model_names(args)
         code = int(args.func(args) or 0)
         sys.stdout.flush()
         return code

@@ -57,7 +57,7 @@ class Pretrained:
 
 def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
                     pairing: str = "interleaved", weights: str | None = None) -> Pretrained:
-    """Load an HF-layout folder or a GGUF file as a posenc LlamaLM (in eval mode).
+    """Load an HF-layout folder, a GGUF file or a model of ``posenc models`` by name as a posenc model (eval mode).
 
     Args:
         path: a folder with config.json + *.safetensors (+ tokenizer.json), or a ``.gguf`` file.
@@ -79,9 +79,14 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
         dtype = DTYPES[dtype]
     if dtype not in DTYPES.values():
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype}")
+    from posenc.pretrained.catalogue import MODELS, resolve
+
+    if not Path(path).exists() and str(path).lower() in MODELS:  # a short name of `posenc models`
+        path = resolve(path)
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no such file or folder; give an HF model folder or a .gguf file")
+        raise FileNotFoundError(f"{path}: no such file or folder; give an HF model folder, a .gguf file or a name "
+                                f"from `posenc models` ({', '.join(MODELS)})")
     from posenc.pretrained.as_stored import check_weights, quantise_model
     from posenc.pretrained.description import read_model
 

@@ -155,7 +155,8 @@ class Reading:
 
 
 def describe(path: str | Path, *, tokenizer: bool = True) -> ModelDescription:
-    """The :class:`ModelDescription` of a ``.gguf`` file, an HF model folder or a ``config.json``.
+    """The :class:`ModelDescription` of a ``.gguf`` file, an HF model folder, a ``config.json`` or a short name of
+    ``posenc models`` ("smollm2", "gemma3").
 
     Args:
         tokenizer: also read the tokenizer's facts (builds the tokenizer: a second or two for large vocabularies).
@@ -169,6 +170,10 @@ def describe(path: str | Path, *, tokenizer: bool = True) -> ModelDescription:
 
 def read_model(path: str | Path, *, tokenizer: bool = True) -> Reading:
     """:func:`describe`, keeping what the loader reuses (the GGUF's memory map, the tokenizer)."""
+    from posenc.pretrained.catalogue import MODELS, resolve
+
+    if not Path(path).exists() and str(path).lower() in MODELS:  # a short name: `posenc models`
+        path = resolve(path)
     path = Path(path)
     if path.is_dir():
         if not (path / "config.json").exists():

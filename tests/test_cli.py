@@ -151,3 +151,22 @@ def test_out_dash_writes_no_files(tmp_path, monkeypatch, capsys):
 
 def test_subcommands_are_discovered():
     assert {"schemes", "demo", "lab", "translate train"} <= set(commands())
+
+
+def test_version_names_posenc_torch_and_each_optional_part(capsys, monkeypatch):
+    import importlib.util
+
+    import torch
+
+    import posenc
+    from posenc.cli import OPTIONAL_PARTS
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"posenc {posenc.__version__} (torch {torch.__version__}")
+    assert len(lines) == 1 + len(OPTIONAL_PARTS)
+    assert any(line.split()[0] == "gguf" and "absent" in line and "posenc[gguf]" in line for line in lines[1:])

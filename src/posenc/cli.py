@@ -17,11 +17,51 @@ from collections.abc import Sequence
 import posenc.commands
 
 
+#: Optional parts: (import name, what it brings, the extra that installs it).
+OPTIONAL_PARTS = (
+    ("tokenizers", "real models' tokenizers", "models"),
+    ("jinja2", "chat templates", "models"),
+    ("gguf", "reading .gguf files", "gguf"),
+    ("sacrebleu", "translation scores", "text"),
+    ("transformers", "HF checks (rope, tests)", "test"),
+)
+
+
+def version_lines() -> list[str]:
+    """posenc's and torch's versions, then one line per optional part: present (its version) or the extra."""
+    import importlib.util
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+
+    import posenc
+
+    lines = [f"posenc {posenc.__version__} (torch {torch.__version__}, Python {sys.version.split()[0]})"]
+    for module, what, extra in OPTIONAL_PARTS:
+        if importlib.util.find_spec(module) is None:
+            lines.append(f"  {module:<13} absent   ({what}: pip install 'posenc[{extra}]')")
+            continue
+        try:
+            found = version(module)
+        except PackageNotFoundError:
+            found = "present"
+        lines.append(f"  {module:<13} {found:<8} ({what})")
+    return lines
+
+
+class _Version(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001 - argparse's signature
+        print("\n".join(version_lines()))
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="posenc",
         description="Token embeddings, position schemes, attention and Transformers — and a lab that measures them.",
     )
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print posenc's and torch's versions and which optional parts are installed, then exit")
     parser.add_argument("--debug", action="store_true",
                         help="show the full Python traceback of an error (default: one line and an exit code)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

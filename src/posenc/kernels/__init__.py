@@ -8,12 +8,27 @@ a scale alone, GGUF's Q6_K: :func:`pack_scales16`). PyTorch's own int4 kernel
 (``_weight_int4pack_mm_for_cpu``) works in bfloat16 and took 32 ms of a 77 ms SmolLM2 token on
 this project's 2-core AVX2 machine; see ``benchmarks/realmodels/README.md`` for the measurements.
 
-It is compiled with ``torch.utils.cpp_extension`` (a C++17 compiler, and ninja — a dependency; ``-O3 -march=native -ffp-contract=off``)
-the first time a quantised model loads, into ``TORCH_EXTENSIONS_DIR`` (torch's default:
-``~/.cache/torch_extensions``) under a name that includes this CPU's instruction-set flags, so a
-folder shared between machines never runs code built for another CPU. Where it cannot be built —
-no compiler, or ``POSENC_KERNELS=0`` in the environment — posenc says why once and uses PyTorch's
-int4 kernel instead (:func:`status` tells which runs).
+It is compiled with ``torch.utils.cpp_extension`` (a C++17 compiler, and ninja — a dependency; the flags
+:data:`CFLAGS`, ``-O3 -march=native -ffp-contract=off -fopenmp``) the first time a quantised model loads, into
+``TORCH_EXTENSIONS_DIR`` (torch's default: ``~/.cache/torch_extensions/py3XX_cpu``), in the folder
+``posenc_qmatvec_<key>``. The key (:func:`cache_key`) is 16 hex digits of a SHA-256 over the bytes of every
+compiled file (:data:`SOURCES`, by file name — not by folder), the compiler and linker flags, the compiler's
+``--version`` line (``$CXX``, else ``c++``), torch's version and C++ ABI, Python's extension ABI, and this CPU's
+instruction-set flags. So two checkouts with the same source share one build, a changed source (or flags,
+compiler, torch, Python, CPU) gets a new folder and never loads an old ``.so``, and a folder shared between
+machines never runs code built for another CPU. The sources are copied into the folder and compiled from
+there (the bytes the key was made of), and a build counts only once ``posenc-build.json`` is written beside
+its ``.so``; a warm cache loads that ``.so`` directly, without ninja, a lock or a word.
+
+A build runs under an exclusive ``flock`` on ``posenc_qmatvec_<key>.lock`` in the folder's parent (released
+by the kernel when the holder exits, ``kill -9`` included): a second process waits for it, says so, then loads
+the first one's result — one compile for any number of processes. A stale ``lock`` file of torch's own
+``FileBaton`` (left in the folder by a build killed mid-way; torch would wait on it forever) is removed under
+the ``flock``. The first build says on stderr that it is building and where, and how long it took. Builds
+of other sources stay in ``TORCH_EXTENSIONS_DIR`` (a few MB each) until removed by hand.
+
+Where it cannot be built — no compiler, or ``POSENC_KERNELS=0`` in the environment — posenc says why once and
+uses PyTorch's int4 kernel instead (:func:`status` tells which runs).
 
 The same file holds a decoding step's RMSNorm and RoPE rotation, and ``decode_block``: a whole decoder
 block's step for one token in one call (pre-norm or Gemma's sandwich), which :mod:`posenc.kernels.fused` runs in place of the block's
@@ -22,33 +37,106 @@ modules where it computes what they compute (``POSENC_FUSED=0`` switches it off)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib.util
+import json
 import os
 import platform
+import subprocess
 import sys
+import sysconfig
+import time
 import warnings
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: builds are not serialised between processes (torch's FileBaton still is)
+    fcntl = None  # type: ignore[assignment]
+
 SOURCE = Path(__file__).with_name("qmatvec.cpp")
+#: every file compiled into the module, all hashed into the cache key (a local header it includes belongs here too)
+SOURCES: tuple[Path, ...] = (SOURCE,)
+#: the compiler flags the kernel is built with (part of the cache key)
+CFLAGS: tuple[str, ...] = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp")
+#: the linker flags (part of the cache key)
+LDFLAGS: tuple[str, ...] = ("-fopenmp",)
+#: written into the build folder after a successful build: the key's inputs; its presence marks the build complete
+READY = "posenc-build.json"
 #: the kernel's paths by level (``module.get_level()``): the widest this CPU and build have is the default
 LEVELS = ("portable loop", "AVX2", "AVX-512 VNNI")
 _STATE: dict[str, object] = {}
 
 
-def _cpu_tag() -> str:
-    """A short digest of this CPU's instruction-set flags (Linux /proc/cpuinfo; elsewhere the platform)."""
+def _cpu_flags() -> str:
+    """This CPU's instruction-set flags (the ``flags`` line of Linux /proc/cpuinfo; elsewhere the platform)."""
     flags = platform.machine() + platform.processor()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = line
-                break
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.strip()
     except OSError:
         pass
-    return hashlib.sha256(flags.encode()).hexdigest()[:10]
+    return flags
+
+
+def _compiler() -> str:
+    """The C++ compiler torch's cpp_extension runs and the first line of its ``--version`` (a few ms)."""
+    cxx = os.environ.get("CXX", "cl" if sys.platform == "win32" else "c++")
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+        return f"{cxx}: {out.strip().splitlines()[0] if out.strip() else '?'}"
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{cxx}: unavailable ({type(e).__name__})"
+
+
+def _python_abi() -> str:
+    return str(sysconfig.get_config_var("EXT_SUFFIX") or sys.implementation.cache_tag) + getattr(sys, "abiflags", "")
+
+
+def key_inputs(contents: Mapping[str, bytes], cflags: Iterable[str] = CFLAGS, ldflags: Iterable[str] = LDFLAGS, *,
+               compiler: str | None = None, cpu: str | None = None, torch_version: str | None = None,
+               python_abi: str | None = None) -> dict[str, object]:
+    """What the cache key is made of, readable (``posenc-build.json`` holds it): each source's name and
+    SHA-256, the flags, the compiler, torch, Python and the CPU flags. ``None`` means this machine's own."""
+    return {
+        "sources": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(contents.items())},
+        "cflags": list(cflags), "ldflags": list(ldflags),
+        "compiler": _compiler() if compiler is None else compiler,
+        "torch": (torch.__version__ if torch_version is None else torch_version)
+        + f" cxx11abi={int(bool(getattr(torch._C, '_GLIBCXX_USE_CXX11_ABI', False)))}",
+        "python": _python_abi() if python_abi is None else python_abi,
+        "cpu": hashlib.sha256((_cpu_flags() if cpu is None else cpu).encode()).hexdigest(),
+    }
+
+
+def _digest(inputs: Mapping[str, object]) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cache_key(sources: Iterable[str | os.PathLike] = SOURCES, cflags: Iterable[str] = CFLAGS,
+              ldflags: Iterable[str] = LDFLAGS, **machine: str | None) -> str:
+    """16 hex digits naming the build (``posenc_qmatvec_<key>``): a SHA-256 over the sources' bytes (by file
+    name, so two folders holding the same files give the same key), the flags, and — unless given in
+    ``machine`` (``compiler``, ``cpu``, ``torch_version``, ``python_abi``) — this machine's compiler, torch,
+    Python ABI and CPU flags. See :func:`key_inputs`."""
+    contents = _read_sources(sources)
+    return _digest(key_inputs(contents, cflags, ldflags, **machine))
+
+
+def _read_sources(sources: Iterable[str | os.PathLike]) -> dict[str, bytes]:
+    contents: dict[str, bytes] = {}
+    for path in map(Path, sources):
+        if path.name in contents:
+            raise ValueError(f"two kernel sources named {path.name}")
+        contents[path.name] = path.read_bytes()
+    return contents
 
 
 def load() -> ModuleType | None:
@@ -60,21 +148,89 @@ def load() -> ModuleType | None:
         why = "switched off by POSENC_KERNELS=0"
     else:
         try:
-            from torch.utils import cpp_extension
-
-            _find_ninja()
-            name = f"posenc_qmatvec_{_cpu_tag()}"
-            if not _built(name):
-                print("posenc: compiling the quantised decoding kernel for this CPU (once; about a minute)",
-                      file=sys.stderr, flush=True)
-            module = cpp_extension.load(name=name, sources=[str(SOURCE)], verbose=False,
-                                        extra_cflags=["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"],
-                                        extra_ldflags=["-fopenmp"])
+            module = _load_or_build()
         except Exception as e:  # noqa: BLE001  (no compiler, no ninja, a failed build: all mean "use torch's")
             why = f"could not be built ({type(e).__name__}: {str(e).strip().splitlines()[-1][:200]})"
             warnings.warn(f"posenc's quantised decoding kernel {why}; using PyTorch's int4 kernel (slower "
                           "decoding). Set POSENC_KERNELS=0 to skip the attempt.", RuntimeWarning, stacklevel=2)
     _STATE["module"], _STATE["why"] = module, why
+    return module
+
+
+def build_directory(name: str) -> Path:
+    """The build folder of ``name`` under ``TORCH_EXTENSIONS_DIR`` (or torch's default root), created."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory(name, verbose=False))
+
+
+def _load_or_build() -> ModuleType:
+    """The module from a complete build of this key, else built now under the folder's lock."""
+    contents = _read_sources(SOURCES)  # read once: the key is made of exactly the bytes that get compiled
+    inputs = key_inputs(contents)
+    name = f"posenc_qmatvec_{_digest(inputs)}"
+    folder = build_directory(name)
+    library = folder / f"{name}{'.pyd' if sys.platform == 'win32' else '.so'}"
+    if (folder / READY).is_file() and library.is_file():
+        return _import(name, library)
+    with _locked(folder.parent / f"{name}.lock", folder):
+        if (folder / READY).is_file() and library.is_file():  # another process built it while this one waited
+            return _import(name, library)
+        return _build(name, folder, contents, inputs)
+
+
+@contextlib.contextmanager
+def _locked(path: Path, folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` for the block; says so on stderr when another process holds it."""
+    if fcntl is None:
+        yield
+        return
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"posenc: another process is building the decode kernel; waiting for it ({folder})",
+                  file=sys.stderr, flush=True)
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _build(name: str, folder: Path, contents: Mapping[str, bytes], inputs: Mapping[str, object]) -> ModuleType:
+    """Compile ``contents`` (copied into ``folder``) as module ``name``; the caller holds the lock."""
+    from torch.utils import cpp_extension
+
+    _find_ninja()
+    print(f"posenc: building the decode kernel for this CPU, once (about a minute; cached in {folder})",
+          file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    (folder / READY).unlink(missing_ok=True)
+    (folder / "lock").unlink(missing_ok=True)  # torch's FileBaton of a build killed mid-way: no posenc build is live
+    sources = []
+    for file_name, data in contents.items():
+        copy = folder / file_name
+        if not copy.is_file() or copy.read_bytes() != data:  # unchanged bytes keep their mtime: ninja's up-to-date check
+            copy.write_bytes(data)
+        sources.append(str(copy))
+    module = cpp_extension.load(name=name, sources=sources, build_directory=str(folder), verbose=False,
+                                extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS))
+    seconds = time.perf_counter() - start
+    partial = folder / f"{READY}.{os.getpid()}"
+    partial.write_text(json.dumps({**inputs, "built_seconds": round(seconds, 1)}, indent=1) + "\n")
+    os.replace(partial, folder / READY)
+    print(f"posenc: decode kernel built in {seconds:.0f} s", file=sys.stderr, flush=True)
+    return module
+
+
+def _import(name: str, library: Path) -> ModuleType:
+    """Import the compiled module ``name`` from ``library`` (as torch's cpp_extension does after a build)."""
+    spec = importlib.util.spec_from_file_location(name, library)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {library}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 
@@ -89,15 +245,6 @@ def _find_ninja() -> None:
             os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
         except ImportError:
             pass  # cpp_extension then says ninja is missing, and posenc falls back
-
-
-def _built(name: str) -> bool:
-    from torch.utils.cpp_extension import _get_build_directory
-
-    try:
-        return any(Path(_get_build_directory(name, verbose=False)).glob(f"{name}*.so"))
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def status() -> str:

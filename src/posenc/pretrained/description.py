@@ -210,19 +210,21 @@ def read_model(path: str | Path, *, tokenizer: bool = True) -> Reading:
 
 def describe_config(hf: dict[str, Any], *, source: str = "config.json", format: str = "config",
                     tokenizer: TokenizerFacts | None = None, weights: dict[str, Any] | None = None,
-                    supplied: tuple[str, ...] = ()) -> ModelDescription:
+                    supplied: tuple[str, ...] = (), config_source: str | None = None) -> ModelDescription:
     """The description of an HF-style config dict (the family's reader decides the plan and checks every field).
 
     A ``model_type`` posenc does not run is described without a family or plan (``posenc rope`` still reads its
-    RoPE block); one posenc runs but whose config its reader refuses is refused here, by the reader's message.
+    RoPE block); one posenc runs but whose config its reader refuses is refused here, by the reader's message
+    (naming ``config_source``, default ``source``: a folder's messages name its config.json).
     """
     from posenc.families import family_for
     from posenc.families.hf_config import HFConfig
 
-    HFConfig(hf, source=source)  # a JSON object
+    named = config_source or source
+    HFConfig(hf, source=named)  # a JSON object
     model_type = str(hf.get("model_type"))
     try:
-        family = family_for(hf, source=source)
+        family = family_for(hf, source=named)
     except ValueError:
         family = None
     description = ModelDescription(source=source, format=format, model_type=model_type,
@@ -230,7 +232,8 @@ def describe_config(hf: dict[str, Any], *, source: str = "config.json", format: 
                                    tokenizer=tokenizer, weights=weights or {}, supplied=supplied)
     if family is None:
         return _with_context(description, None)
-    config = description.model_config(pairing="half")  # the reader's checks; pairing does not change the facts
+    # the reader's checks (messages naming the config file); the pairing does not change the facts
+    config = ModelDescription(**{**description.__dict__, "source": named}).model_config(pairing="half")
     plan = tuple(spec.to_dict() for spec in getattr(config, "plan", ()))
     return _with_context(ModelDescription(**{**description.__dict__, "plan": plan}), config)
 
@@ -257,7 +260,7 @@ def _read_config(path: Path) -> dict[str, Any]:
 
     config = read_json(path, limit=MAX_CONFIG_BYTES)  # not JSON: refused naming the file
     if not isinstance(config, dict):
-        raise ValueError(f"{path}: config.json must be a JSON object, got {type(config).__name__}")
+        raise ValueError(f"{path}: must hold a JSON object, got {type(config).__name__}; use the config.json that came with the weights")
     return config
 
 
@@ -275,8 +278,8 @@ def _read_folder(folder: Path, *, tokenizer: bool) -> Reading:
     weights = {"file": [f.name for f in files], "bytes": sum(f.stat().st_size for f in files if f.is_file())}
     if files:
         weights["types"] = _safetensors_types(files)
-    return Reading(describe_config(hf, source=str(folder), format="hf-folder", tokenizer=facts, weights=weights),
-                   tokenizer=tok)
+    return Reading(describe_config(hf, source=str(folder), format="hf-folder", tokenizer=facts, weights=weights,
+                                   config_source=str(folder / "config.json")), tokenizer=tok)
 
 
 def _safetensors_types(files: list[Path]) -> dict[str, int]:

@@ -61,10 +61,11 @@ class TokenizerFacts:
     @classmethod
     def of(cls, tokenizer: Any, *, pad_id: int | None = None, unk_id: int | None = None) -> "TokenizerFacts":
         """The facts of a loaded ``posenc.pretrained.tokenizer.Tokenizer``."""
-        tokens = {}
+        named = getattr(tokenizer, "special_tokens_map", None)  # as a chat template sees them
+        tokens = {k: v for k, v in dict(named or {}).items() if isinstance(v, str)}
         for role, token_id in (("bos_token", tokenizer.bos_id), ("eos_token", tokenizer.eos_id),
                                ("pad_token", pad_id), ("unk_token", unk_id)):
-            piece = tokenizer.token(token_id) if token_id is not None else None
+            piece = tokenizer.token(token_id) if token_id is not None and named is None else None
             if piece is not None:
                 tokens[role] = piece
         return cls(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, eos_ids=tuple(tokenizer.eos_ids), pad_id=pad_id,

@@ -76,7 +76,7 @@ def print_audit(report: dict[str, Any]) -> None:
         if hf and hf.get("computed_by"):
             verdict = "same" if hf.get("same") else "DIFFERENT"
             rel = hf.get("max_rel_diff")
-            kinds = ", ".join(hf.get("hf_layer_types") or [])
+            kinds = ", ".join(t for t in hf.get("hf_layer_types") or [] if t != "all")
             print(f"  HF check ({hf['computed_by']}{'; HF layer type ' + kinds if kinds else ''}): {verdict} inv_freq "
                   f"on every layer (max rel diff {_g(rel) if rel is not None else '—'}) and attention factor "
                   f"({hf['attention_factor']:.6g})")

@@ -1,4 +1,4 @@
-"""posenc.kernels.fused: a pre-norm block's decoding step in one kernel call, against the block's own modules."""
+"""posenc.models.fused: a pre-norm block's decoding step in one kernel call, against the block's own modules."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from posenc import kernels
-from posenc.kernels import fused
+from posenc.models import fused
 from posenc.models.llama import LlamaConfig, build_llama
 from posenc.models.quant import QuantLinear, quantise_groups
 from posenc.pretrained.as_stored import _install

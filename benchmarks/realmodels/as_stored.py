@@ -376,7 +376,7 @@ STEP_TOKENS = 512
 
 def one_token_steps(model: Any, ids: Any, f32_logits: Any) -> dict[str, Any]:
     """Score ``ids`` one token per step with the KV cache — the decoding path: every block fused into one kernel
-    call (``posenc.kernels.fused``), then the same with the modules (``POSENC_FUSED=0``); each against float32."""
+    call (``posenc.models.fused``), then the same with the modules (``POSENC_FUSED=0``); each against float32."""
     import torch
     import torch.nn.functional as F
 

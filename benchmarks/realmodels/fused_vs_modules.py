@@ -1,7 +1,7 @@
 """Fused decoding blocks against the modules on SmolLM2 as stored: mean NLL of the same decoding steps.
 
 From the KV cache of a GPL-3 prompt (filled by the modules), ``--steps`` tokens are scored one decoding step
-at a time twice — every block fused into one kernel call (``posenc.kernels.fused``), then with the modules
+at a time twice — every block fused into one kernel call (``posenc.models.fused``), then with the modules
 (``POSENC_FUSED=0``) — and the per-token losses compared: their mean difference and its standard error. A
 systematic difference between the two paths would show as a mean many standard errors from zero. Usage::
 

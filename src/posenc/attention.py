@@ -17,7 +17,7 @@ Masks (all optional, combined):
 A row whose keys are all masked gets uniform weights over the masked keys
 instead of NaN (d2l semantics); callers drop such rows.
 
-Windows (``posenc.plan.Window``): a causal self-attention may be
+Windows (``posenc.window.Window``): a causal self-attention may be
 ``sliding`` (query i sees keys i − W + 1 … i) or ``chunked`` (the keys of its
 own chunk of C tokens up to itself), counted in sequence order. They run
 blockwise — blocks of queries against the keys their window can reach, never a
@@ -44,7 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc.plan import FULL, QueryScale, Window
+from posenc.plan import QueryScale
+from posenc.window import FULL, Window, window_mask
 from posenc.positions.base import NoPosition, PositionScheme, check_positions, default_positions
 
 
@@ -203,7 +204,7 @@ class KVCache:
         self.k, self.v, self.positions = (b.narrow(dim, at, count) for b, dim in zip(buffers, (-2, -2, -1)))
 
     def reserve(self, positions: Tensor) -> tuple[Tensor, Tensor, int, int] | None:
-        """A slot for one token whose key and value a fused decoding step writes itself (``posenc.kernels.fused``).
+        """A slot for one token whose key and value a fused decoding step writes itself (``posenc.models.fused``).
 
         Records ``positions`` (1,) and holds one more token; returns the key and value buffers
         (B, Hkv, capacity, Dh), the index of the first held token in them and the new token's index — or None
@@ -600,20 +601,3 @@ class MultiHeadAttention(nn.Module):
 WINDOW_BLOCK = 256
 #: More queries than this continuing a cache take ``MultiHeadAttention._continued`` (fewer: one masked call).
 CONTINUATION_MIN = 64
-
-
-def window_mask(window: Window, *, q_index: int, k_index: int, q_len: int, k_len: int,
-                device: torch.device | None = None) -> Tensor:
-    """(Tq, Tk) bool "may attend" of a causal window: queries at sequence indices q_index …, keys at k_index ….
-
-    The one statement of each window's rule (``Window``'s docstring); the blockwise
-    attention and the tests' naive reference both use it.
-    """
-    qi = torch.arange(q_index, q_index + q_len, device=device)[:, None]
-    kj = torch.arange(k_index, k_index + k_len, device=device)[None, :]
-    allowed = kj <= qi
-    if window.kind == "sliding":
-        allowed &= kj > qi - window.size
-    elif window.kind == "chunked":
-        allowed &= kj // window.size == qi // window.size
-    return allowed

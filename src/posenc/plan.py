@@ -14,8 +14,8 @@ temperature that grows with position. A plan states all of that as data, one
 Layers with equal ``(position, position_options)`` share one built scheme
 (one cos/sin table, not eighteen): see ``build_schemes``.
 
-Windows count tokens in sequence order (what a KV cache holds), not position
-values, exactly as HF's masks do:
+Windows (``posenc.window``, re-exported here) count tokens in sequence order (what
+a KV cache holds), not position values, exactly as HF's masks do:
 
 * ``full`` — query i sees keys 0 … i;
 * ``sliding(W)`` — query i sees keys i − W + 1 … i (W keys, itself included);
@@ -31,64 +31,11 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-WindowKind = Literal["full", "sliding", "chunked"]
-WINDOW_KINDS: tuple[str, ...] = ("full", "sliding", "chunked")
+from posenc.window import FULL, WINDOW_KINDS, Window, WindowKind  # noqa: F401  (the plan's windows)
+
 QUERY_SCALES: tuple[str, ...] = ("llama4",)
-
-
-@dataclass(frozen=True)
-class Window:
-    """Which keys a query may see: ``full``, ``sliding`` (size W keys) or ``chunked`` (chunk size C).
-
-    Raises:
-        ValueError: an unknown kind, a size on ``full`` or none on the others.
-    """
-
-    kind: WindowKind = "full"
-    size: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in WINDOW_KINDS:
-            raise ValueError(f"window kind must be one of {WINDOW_KINDS}, got {self.kind!r}")
-        if self.kind == "full":
-            if self.size is not None:
-                raise ValueError(f"a full window takes no size, got size={self.size}")
-        elif isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
-            raise ValueError(f"a {self.kind} window needs a positive integer size, got {self.size!r}")
-
-    @property
-    def full(self) -> bool:
-        return self.kind == "full"
-
-    def first_visible(self, index: Any) -> Any:
-        """The sequence index of the first key the query at sequence index ``index`` sees (an int, or an int64
-        tensor of indices: a tensor of the same shape)."""
-        if self.kind == "sliding":
-            first = index - self.size + 1  # type: ignore[operator]
-            return first.clamp(min=0) if hasattr(first, "clamp") else max(0, first)
-        if self.kind == "chunked":
-            return index // self.size * self.size  # type: ignore[operator]
-        return index * 0  # 0, or zeros shaped like a tensor of indices
-
-    def binds(self, first_key: int, last_query: int) -> bool:
-        """Whether the window hides some key from some query when keys from sequence index ``first_key`` are
-        held and the last query is at ``last_query`` (causal attention otherwise)."""
-        if self.kind == "sliding":
-            return last_query - first_key >= self.size  # type: ignore[operator]
-        if self.kind == "chunked":
-            return first_key // self.size != last_query // self.size  # type: ignore[operator]
-        return False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind} if self.full else {"kind": self.kind, "size": self.size}
-
-    def __str__(self) -> str:
-        return "full" if self.full else f"{self.kind} {self.size:,}"
-
-
-FULL = Window()
 
 
 @dataclass(frozen=True)

@@ -268,8 +268,8 @@ def test_real_gemma3_vocabulary_round_trips_through_tokenizer_json(request, seed
     from test_gguf_tokenizer import FIXED, random_texts
 
     from posenc.extend.export import gguf_tokenizer_from_json
-    from posenc.formats.gguf import open_gguf, read_metadata
-    from posenc.formats.gguf_tokenizer import read_tokenizer, tokenizer_from_metadata
+    from posenc.formats.gguf import open_gguf, read_metadata, read_tokenizer
+    from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
 
     path = gemma3_path(request.config.cache.mkdir("gemma3-270m"))
     want = read_metadata(open_gguf(path))

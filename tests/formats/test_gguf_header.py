@@ -162,7 +162,7 @@ def test_non_utf8_strings_and_duplicate_keys_are_named(tmp_path: Path) -> None:
 
 
 def test_a_file_without_a_token_list_is_refused_by_key(tmp_path: Path) -> None:
-    from posenc.formats.gguf_tokenizer import read_tokenizer
+    from posenc.formats.gguf import read_tokenizer
 
     path = write(tmp_path / "notok.gguf", gguf([*arch_kvs(), kv("tokenizer.ggml.model", STRING, "gpt2")]))
     with pytest.raises(GGUFError, match=r"notok\.gguf: .*tokenizer\.ggml\.tokens"):  # was KeyError
@@ -175,7 +175,7 @@ def test_uint64_sizes_are_fine_when_in_range(tmp_path: Path) -> None:
 
 
 def test_a_merge_of_tokens_outside_the_vocabulary_is_one_line_naming_the_file(tmp_path: Path) -> None:
-    from posenc.formats.gguf_tokenizer import read_tokenizer
+    from posenc.formats.gguf import read_tokenizer
 
     kvs = [*arch_kvs(), kv("tokenizer.ggml.model", STRING, "gpt2"),
            kv("tokenizer.ggml.tokens", ARRAY, (STRING, ["a", "b"])), kv("tokenizer.ggml.merges", ARRAY, (STRING, ["a b"]))]

@@ -9,8 +9,7 @@ import pytest
 
 from gguf_helpers import hf_gguf_tokenizer_of, spm_fields, spm_reference, tiny_hf, tiny_llama, write_gguf
 from test_gguf_tokenizer import FIXED, random_texts
-from posenc.formats.gguf import GGUFError
-from posenc.formats.gguf_tokenizer import read_tokenizer
+from posenc.formats.gguf import GGUFError, read_tokenizer
 
 pytest.importorskip("accelerate")
 

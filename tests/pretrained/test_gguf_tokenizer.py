@@ -18,7 +18,7 @@ import random
 import pytest
 
 from gguf_helpers import smollm2_path, tiny_llama, tokenizer_fields, train_tokenizer, write_gguf
-from posenc.formats.gguf_tokenizer import read_tokenizer
+from posenc.formats.gguf import read_tokenizer
 
 pytest.importorskip("accelerate")  # transformers' GGUF loading path imports it
 

@@ -71,7 +71,7 @@ def load_model(args: argparse.Namespace, *, command: str) -> Any:
         quantised = sum(isinstance(m, QuantLinear) for m in pm.model.modules())
         if quantised:
             from posenc import kernels
-            from posenc.kernels import fused
+            from posenc.models import fused
 
             done, blocks = fused.count(pm.model)
             print(f"{quantised} quantised matrices on {kernels.status()}"

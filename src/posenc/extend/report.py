@@ -22,7 +22,7 @@ from posenc.extend.papers import label, paper_checks, verdict_line
 from posenc.extend.passkey import wilson
 from posenc.extend.retrieval import answered_key, depth_setting, last_needle, other_needle, placement
 from posenc.extend.stats import ALPHA, compare_methods, fisher_exact, holm, paired
-from posenc.lab.report import CSS, fmt_number, pyplot
+from posenc.report_style import CSS, fmt_number, pyplot
 
 BREAK_RATIO = 2.0  # plain RoPE "breaks" in the first bucket past L₀ whose perplexity exceeds this × its in-range one
 FLAT_RATIO = 1.25  # a method "stays flat" when its perplexity past L₀ is within this × its own in-range perplexity

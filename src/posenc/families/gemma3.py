@@ -22,6 +22,11 @@ from __future__ import annotations
 from posenc.families import PROJECTION_NAMES, QK_NORM_NAMES, Family, decoder_sizes, layer_types
 from posenc.families.hf_config import HFConfig
 from posenc.families.rope import rope_blocks, rope_scheme
+from posenc.formats.gguf_arch import GEMMA3_GLOBAL as FULL_ATTENTION
+from posenc.formats.gguf_arch import GEMMA3_LOCAL_BASE as DEFAULT_LOCAL_BASE
+from posenc.formats.gguf_arch import GEMMA3_PATTERN as DEFAULT_PATTERN
+from posenc.formats.gguf_arch import GEMMA3_SLIDING as SLIDING
+from posenc.formats.gguf_arch import gemma3_plan as patterned_plan
 from posenc.plan import LayerSpec, Window
 
 BLOCK_NAMES = {
@@ -32,16 +37,9 @@ BLOCK_NAMES = {
     **PROJECTION_NAMES,
     **QK_NORM_NAMES,
 }
-SLIDING, FULL_ATTENTION = "sliding_attention", "full_attention"
-#: llama.cpp's and HF's default when a config states no pattern: every sixth layer is global.
-DEFAULT_PATTERN = 6
-#: The sliding layers' RoPE base when a config does not state it (HF's and llama.cpp's default).
-DEFAULT_LOCAL_BASE = 10_000.0
-
-
-def patterned_plan(num_layers: int, pattern: int = DEFAULT_PATTERN) -> list[str]:
-    """Every ``pattern``-th layer global, the others sliding (llama.cpp's fixed plan for gemma3 at the default)."""
-    return [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING for i in range(num_layers)]
+# The layer types, and what a config may leave out — every DEFAULT_PATTERN-th layer global, the sliding layers'
+# base DEFAULT_LOCAL_BASE — are HF's and llama.cpp's same defaults, stated once in posenc.formats.gguf_arch (the
+# GGUF reader supplies them too); imported above under the family's own names.
 
 
 def gemma3_layer_types(c: HFConfig, num_layers: int) -> list[str]:

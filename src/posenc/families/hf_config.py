@@ -23,14 +23,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-_MISSING: Any = object()
+# Bounds no real checkpoint reaches (``posenc.validation``, shared with the GGUF reader and the model configs)
+from posenc.validation import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH  # noqa: F401
 
-#: Bounds no real checkpoint reaches; past them a value is a typo or an attack, refused before any allocation.
-MAX_LAYERS = 4096
-MAX_WIDTH = 1 << 20  # hidden, head and feed-forward widths
-MAX_HEADS = 1 << 14
-MAX_VOCAB = 1 << 24
-MAX_CONTEXT = 1 << 40
+_MISSING: Any = object()
 
 
 class HFConfig:

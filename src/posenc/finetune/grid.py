@@ -44,8 +44,6 @@ from posenc.validation import dumps
 METHODS = ("rope", "rope-linear", "rope-ntk", "rope-yarn", "rope-longrope")
 #: ``Replication.run(shard=ANY)``: processes share the cells as a queue (``--shard any``)
 ANY = "any"
-LABELS = {"rope": "RoPE (no scaling)", "rope-linear": "PI", "rope-ntk": "NTK-aware", "rope-yarn": "YaRN",
-          "rope-longrope": "LongRoPE (searched)"}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -327,9 +327,12 @@ def _ratio_text(r: dict[str, Any] | None) -> str:
     return f"{r['ppl']:.4f} [{r['lo']:.4f}, {r['hi']:.4f}] (n = {r['n']})"
 
 
-def LABEL(method: str) -> str:
-    from posenc.finetune.grid import LABELS
+#: How the report names each method of ``posenc.finetune.grid.METHODS``.
+LABELS = {"rope": "RoPE (no scaling)", "rope-linear": "PI", "rope-ntk": "NTK-aware", "rope-yarn": "YaRN",
+          "rope-longrope": "LongRoPE (searched)"}
 
+
+def LABEL(method: str) -> str:
     return LABELS.get(method, method)
 
 

@@ -67,6 +67,7 @@ import torch
 from torch import Tensor
 
 from posenc.formats.gguf_header import check_header
+from posenc.formats.gguf_error import GGUFError
 from posenc.formats.gguf_arch import ARCHS, ROPE_FREQS, arch_named, arch_of, layer_shapes, llama3_scaling_from_factors
 from posenc.formats.safetensors import Checkpoint, CheckpointError, TensorEntry
 from posenc.positions.rotary import convert_qk_weight
@@ -88,10 +89,6 @@ LAYER_NAMES = ARCHS["llama"].layer_names
 DEQUANT_CHUNK = 1 << 20
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
 _INSTALL = "pip install gguf"
-
-
-class GGUFError(CheckpointError):
-    """A GGUF file that cannot be read: the message names the file, the tensor or key, and the fix."""
 
 
 @dataclass
@@ -514,6 +511,14 @@ def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
         add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)), tensor_types=types,
         metadata={k: v for k, v in meta.items() if not isinstance(v, list)},
     )
+
+
+def read_tokenizer(path: str | Path):
+    """Just the tokenizer of a GGUF file (no tensor is read): ``gguf_tokenizer.tokenizer_from_metadata`` of its
+    metadata."""
+    from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
+
+    return tokenizer_from_metadata(read_metadata(open_gguf(path)), Path(path))
 
 
 # -- `posenc inspect` -----------------------------------------------------------------------------------------------

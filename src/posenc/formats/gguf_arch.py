@@ -27,8 +27,9 @@ llama.cpp, which is what the file was made for, and says so:
   base (``rope.freq_base``) and the window, not the sliding layers' base nor
   which layers are global; llama.cpp supplies base 10,000 and "every sixth layer
   global" for the architecture (``llama-model.cpp``, ``LLM_ARCH_GEMMA3``), as
-  does HF's ``Gemma3TextConfig``: posenc takes both from
-  ``posenc.families.gemma3`` (``DEFAULT_LOCAL_BASE``, ``DEFAULT_PATTERN``).
+  does HF's ``Gemma3TextConfig``: both are stated once, here
+  (``GEMMA3_LOCAL_BASE``, ``GEMMA3_PATTERN``), and ``posenc.families.gemma3``
+  reads configs that leave them out with the same values, imported from here.
   A RoPE scaling in the file (Gemma 3 4B–27B: linear ×8; ``posenc export``:
   linear or YaRN) applies to the global layers only, as in llama.cpp, whose
   sliding layers stay unscaled (HF's GGUF loader drops the scaling).
@@ -59,6 +60,8 @@ from typing import Any
 
 import numpy as np
 
+from posenc.formats.gguf_error import GGUFError
+
 #: ``blk.N.<key>`` → ``model.layers.N.<value>`` (the Llama layout every architecture here starts from).
 LLAMA_LAYER_NAMES = {
     "attn_norm.weight": "input_layernorm.weight",
@@ -82,6 +85,18 @@ _GEMMA3_NORMS = {
 }
 #: The one tensor outside the HF layout that posenc reads: Llama 3.1/3.2's per-pair RoPE factors.
 ROPE_FREQS = "rope_freqs.weight"
+#: Gemma 3's two layer types (HF's names, as ``layer_types`` spells them).
+GEMMA3_SLIDING, GEMMA3_GLOBAL = "sliding_attention", "full_attention"
+#: What a gemma3 file leaves out and llama.cpp supplies (``llama-model.cpp``, ``LLM_ARCH_GEMMA3``), the same as
+#: HF's ``Gemma3TextConfig`` defaults: every sixth layer global, the sliding layers' RoPE base 10,000. Stated
+#: once, here; ``posenc.families.gemma3`` takes them from here for configs that leave them out.
+GEMMA3_PATTERN = 6
+GEMMA3_LOCAL_BASE = 10_000.0
+
+
+def gemma3_plan(num_layers: int, pattern: int = GEMMA3_PATTERN) -> list[str]:
+    """Every ``pattern``-th layer global, the others sliding (llama.cpp's fixed plan for gemma3 at the default)."""
+    return [GEMMA3_GLOBAL if (i + 1) % pattern == 0 else GEMMA3_SLIDING for i in range(num_layers)]
 
 
 @dataclass(frozen=True)
@@ -109,9 +124,7 @@ class GGUFArch:
     settings: Callable[[dict[str, Any], Path, dict[str, Any]], dict[str, Any]] = field(default=lambda m, p, c: {})
 
 
-def _error(message: str):
-    from posenc.formats.gguf import GGUFError
-
+def _error(message: str) -> GGUFError:
     return GGUFError(message)
 
 
@@ -130,10 +143,8 @@ def _qwen3_settings(meta: dict[str, Any], path: Path, config: dict[str, Any]) ->
 
 
 def _gemma3_settings(meta: dict[str, Any], path: Path, config: dict[str, Any]) -> dict[str, Any]:
-    """Gemma 3's plan: every ``DEFAULT_PATTERN``-th layer global (base ``rope.freq_base``, scaled if the
-    file says so), the others sliding with ``DEFAULT_LOCAL_BASE`` — llama.cpp's values for the architecture."""
-    from posenc.families.gemma3 import DEFAULT_LOCAL_BASE, FULL_ATTENTION, SLIDING, patterned_plan
-
+    """Gemma 3's plan: every ``GEMMA3_PATTERN``-th layer global (base ``rope.freq_base``, scaled if the
+    file says so), the others sliding with ``GEMMA3_LOCAL_BASE`` — llama.cpp's values for the architecture."""
     window = meta.get("gemma3.attention.sliding_window")
     if window is None:
         raise _error(f"{path}: metadata key 'gemma3.attention.sliding_window' is missing; every Gemma 3 file "
@@ -146,9 +157,9 @@ def _gemma3_settings(meta: dict[str, Any], path: Path, config: dict[str, Any]) -
     out: dict[str, Any] = {
         "hidden_activation": "gelu_pytorch_tanh",
         "sliding_window": int(window),
-        "layer_types": patterned_plan(layers),
-        "rope_parameters": {SLIDING: {"rope_type": "default", "rope_theta": DEFAULT_LOCAL_BASE},
-                            FULL_ATTENTION: global_rope},
+        "layer_types": gemma3_plan(layers),
+        "rope_parameters": {GEMMA3_SLIDING: {"rope_type": "default", "rope_theta": GEMMA3_LOCAL_BASE},
+                            GEMMA3_GLOBAL: global_rope},
         # llama.cpp (LLM_ARCH_GEMMA3): 1/sqrt(head_dim), except 27B (62 layers): 1/sqrt(hidden / heads)
         "query_pre_attn_scalar": hidden // heads if layers == 62 else config["head_dim"],
         "attention_bias": False,

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from posenc.families.hf_config import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
-from posenc.validation import format_bytes, memory_budget
+from posenc.formats.gguf_error import GGUFError
+from posenc.validation import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH, format_bytes, memory_budget
 
 #: GGUF versions read (the ``gguf`` package reads 2 and 3; version 1 had 32-bit counts).
 VERSIONS = (2, 3)
@@ -57,9 +57,7 @@ _REDOWNLOAD = "the file is truncated or corrupt. Download it again"
 _BAD_VALUE = "the file is corrupt or was not written by llama.cpp's converter; download or convert it again"
 
 
-def _error(message: str):
-    from posenc.formats.gguf import GGUFError
-
+def _error(message: str) -> GGUFError:
     return GGUFError(message)
 
 

@@ -57,6 +57,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from posenc.formats.gguf_error import GGUFError
+
 #: ``tokenizer.ggml.token_type`` values (llama.cpp's ``LLAMA_TOKEN_TYPE_*``).
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 SPACE = "\u2581"  # ▁, SentencePiece's spelling of a space
@@ -87,8 +89,6 @@ def spm_tokenizer(meta: dict[str, Any], tokens: list[str], types: list[int], pat
         GGUFError: no ``tokenizer.ggml.scores``, or scores and pieces of different lengths.
     """
     from tokenizers import Tokenizer, decoders, models, normalizers
-
-    from posenc.formats.gguf import GGUFError
 
     scores = meta.get("tokenizer.ggml.scores")
     if scores is None or len(scores) != len(tokens) or len(types) != len(tokens):

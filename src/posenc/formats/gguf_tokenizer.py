@@ -31,6 +31,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from posenc.formats.gguf_error import GGUFError
+
 #: GPT-2's split (``tokenizers``' ByteLevel regex): contractions, letters, numbers, other symbols, spaces.
 _GPT2 = None  # the ByteLevel pre-tokenizer's own regex
 #: Llama 3's split (llama.cpp LLAMA_VOCAB_PRE_TYPE_LLAMA3): numbers in runs of at most three digits.
@@ -76,8 +78,6 @@ def _pre_tokenizer(pre: str, path: Path):
     from tokenizers import Regex, pre_tokenizers
 
     if pre not in PRE_TOKENIZERS:
-        from posenc.formats.gguf import GGUFError
-
         raise GGUFError(f"{path}: tokenizer.ggml.pre = {pre!r} is a pre-tokenizer posenc does not build; supported: "
                         f"{sorted(PRE_TOKENIZERS)}. Load the model's HF folder (with tokenizer.json) instead")
     split, digits = PRE_TOKENIZERS[pre]
@@ -98,8 +98,6 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
             an unknown pre-tokenizer type, or a SentencePiece vocabulary without scores.
     """
     from tokenizers import AddedToken
-
-    from posenc.formats.gguf import GGUFError
 
     kind = meta.get("tokenizer.ggml.model")
     if kind is None:
@@ -135,8 +133,6 @@ def _byte_level(meta: dict[str, Any], tokens: list[str], path: Path):
     """A byte-level BPE over the file's vocabulary and merges; (tokenizer, vocabulary, "spelled in the alphabet")."""
     from tokenizers import Tokenizer, decoders, models
 
-    from posenc.formats.gguf import GGUFError
-
     merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
     alphabet = _byte_alphabet()
     letters = set(alphabet.values())
@@ -161,8 +157,6 @@ def _add_bos_eos(tok, meta: dict[str, Any], tokens: list[str], path: Path) -> No
     """A post-processor adding BOS / EOS where ``tokenizer.ggml.add_{bos,eos}_token`` ask for them."""
     from tokenizers import processors
 
-    from posenc.formats.gguf import GGUFError
-
     add_bos, add_eos = (bool(meta.get(f"tokenizer.ggml.add_{x}_token", False)) for x in ("bos", "eos"))
     if not (add_bos or add_eos):
         return
@@ -178,10 +172,3 @@ def _add_bos_eos(tok, meta: dict[str, Any], tokens: list[str], path: Path) -> No
         parts = [text, *parts] if x == "bos" else [*parts, text]
         special.append((text, int(ids[x])))
     tok.post_processor = processors.TemplateProcessing(single=" ".join(parts), special_tokens=special)
-
-
-def read_tokenizer(path: str | Path):
-    """Just the tokenizer of a GGUF file (no tensor is read)."""
-    from posenc.formats.gguf import open_gguf, read_metadata
-
-    return tokenizer_from_metadata(read_metadata(open_gguf(path)), Path(path))

@@ -11,12 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-# The lab's page style, figure style and number format: one look for every posenc report.
-from posenc.lab.report import CSS
 from posenc.plan import format_plan
 from posenc.validation import dumps
-from posenc.lab.report import fmt_number as _fmt
-from posenc.lab.report import pyplot as _plt
+# The page style, figure style and number format: one look for every posenc report.
+from posenc.report_style import CSS
+from posenc.report_style import fmt_number as _fmt
+from posenc.report_style import pyplot as _plt
 
 SHORT_KEYS = ("norms", "coords", "values")  # long per-row lists left out of --json on the terminal
 

@@ -31,7 +31,7 @@ Where it cannot be built — no compiler, or ``POSENC_KERNELS=0`` in the environ
 uses PyTorch's int4 kernel instead (:func:`status` tells which runs).
 
 The same file holds a decoding step's RMSNorm and RoPE rotation, and ``decode_block``: a whole decoder
-block's step for one token in one call (pre-norm or Gemma's sandwich), which :mod:`posenc.kernels.fused` runs in place of the block's
+block's step for one token in one call (pre-norm or Gemma's sandwich), which :mod:`posenc.models.fused` runs in place of the block's
 modules where it computes what they compute (``POSENC_FUSED=0`` switches it off).
 """
 

@@ -19,6 +19,8 @@ import os
 import unicodedata
 from collections.abc import Mapping
 
+from posenc import report_style
+
 #: The languages the lab writes, English first (the fallback).
 LANGS = ("en", "ko")
 
@@ -122,20 +124,9 @@ def ui(key: str, lang: str, **fields: object) -> str:
 
 
 def fmt_number(x: object, digits: int = 3, lang: str = "en") -> str:
-    """A compact number: ``digits`` decimals, scientific when tiny or huge; booleans as yes/no in ``lang``."""
-    if x is None:
-        return "—"
-    if isinstance(x, bool):
-        return ui("yes" if x else "no", lang)
-    if isinstance(x, int):
-        return str(x)
-    if isinstance(x, float):
-        if x == 0:
-            return "0"
-        if abs(x) < 1e-3 or abs(x) >= 1e5:
-            return f"{x:.1e}"
-        return f"{x:.{digits}f}" if abs(x) < 100 else f"{x:.1f}"
-    return str(x)
+    """A compact number (``posenc.report_style.fmt_number``: every report's format); booleans as yes/no in
+    ``lang``."""
+    return report_style.fmt_number(x, digits, yes=ui("yes", lang), no=ui("no", lang))
 
 
 # -- terminal width of mixed Korean / Latin text ------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 from posenc.lab import texts_ko
 from posenc.lab.core import Finding, LabConfig
 from posenc.lab.i18n import LANGS, check_lang, display_width, fmt_number, pad, ui, wrap
+from posenc.report_style import CSS, pyplot  # noqa: F401  (one look for every posenc report)
 from posenc.validation import dumps
 
 __all__ = ["CSS", "FIGURES", "HEADLINES", "claim_text", "fmt_number", "headline", "property_text", "terminal_table",
@@ -157,18 +158,6 @@ def to_json(findings: Sequence[Finding], *, cfg: LabConfig | None = None, proper
 
 
 # -- figures -----------------------------------------------------------------------------------------------
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot on the non-interactive Agg backend with the report's style (shared with inspect)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"figure.dpi": 110, "axes.spines.top": False, "axes.spines.right": False,
-                         "axes.grid": True, "grid.alpha": 0.3, "font.size": 9})
-    return plt
 
 
 def _save(fig: Any, out: Path, name: str) -> str:
@@ -405,20 +394,6 @@ FIGURES: dict[str, Callable[[Finding, Path], list[str]]] = {
 
 # -- HTML ------------------------------------------------------------------------------------------------
 
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,"Noto Sans CJK KR","Nanum Gothic","Malgun Gothic",
-"Apple SD Gothic Neo",sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
-h1{margin-bottom:.2em} .sub{color:#666;margin-top:0}
-table{border-collapse:collapse;width:100%;font-size:.9em;margin:1em 0}
-th,td{border-bottom:1px solid #ddd;padding:.35em .5em;text-align:left;vertical-align:top}
-th{background:#f5f5f5} td:first-child a{white-space:nowrap} .yes{color:#137333;font-weight:600} .no{color:#c5221f;font-weight:600}
-section{border-top:2px solid #eee;margin-top:2em;padding-top:.5em}
-.claim{font-size:1.05em} .meta{color:#666;font-size:.85em}
-pre{background:#f8f8f8;padding:.6em;overflow-x:auto;font-size:.8em;max-height:22em}
-img{max-width:100%;display:block;margin:.8em 0;border:1px solid #eee}
-code{background:#f3f3f3;padding:0 .2em;word-break:break-word}
-table.values td:first-child{width:14em}
-"""
 
 #: Added to ``CSS`` by the lab report: only the chosen language's text shows, and the switch sits top right.
 LANG_CSS = """

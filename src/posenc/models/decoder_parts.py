@@ -47,7 +47,6 @@ from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc import kernels
-from posenc.kernels.fused import block_step
 
 
 def _fused_norm(x: Tensor, gain: Callable[[], Tensor], eps: float) -> Tensor | None:
@@ -268,10 +267,6 @@ class PreNormBlock(nn.Module):
         self.ffn_norm, self.ffn = ffn_norm, ffn
 
     def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
-        if cache is not None and x.shape[1] == 1:  # a decoding step: one kernel call where the modules allow it
-            fused = block_step(self, x, positions, cache)
-            if fused is not None:
-                return fused
         h, _ = self.attn(self.attn_norm(x), q_pos=positions, causal=True, cache=cache)
         x = x + h
         return x + self.ffn(self.ffn_norm(x))
@@ -287,10 +282,6 @@ class SandwichBlock(nn.Module):
         self.ffn_norm, self.ffn, self.ffn_post_norm = ffn_norm, ffn, ffn_post_norm
 
     def forward(self, x: Tensor, *, positions: Tensor, cache: KVCache | None = None) -> Tensor:
-        if cache is not None and x.shape[1] == 1:  # a decoding step: one kernel call where the modules allow it
-            fused = block_step(self, x, positions, cache)
-            if fused is not None:
-                return fused
         h, _ = self.attn(self.attn_norm(x), q_pos=positions, causal=True, cache=cache)
         x = x + self.attn_post_norm(h)
         return x + self.ffn_post_norm(self.ffn(self.ffn_norm(x)))

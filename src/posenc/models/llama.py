@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.models.config import JSONConfig
+from posenc.models import fused
 from posenc.models.decoder_parts import (BLOCKS, FFN_NAMES, NORMS, GatedFFN, PreNormBlock, RMSNorm, build_ffn,
                                          clip_projections)
 from posenc.plan import FULL, LayerSpec, Window, format_plan, parse_plan, plan_rows
@@ -136,7 +137,7 @@ class LlamaConfig(JSONConfig):
     mla: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        from posenc.families import hf_config as bounds
+        from posenc import validation as bounds
         from posenc.validation import check_memory, number
 
         limits = {"vocab_size": bounds.MAX_VOCAB, "dim": bounds.MAX_WIDTH, "num_layers": bounds.MAX_LAYERS,
@@ -287,8 +288,10 @@ class LlamaLM(nn.Module):
             if not compiling():
                 for scheme in self.schemes():
                     stack.enter_context(positions_fixed(scheme))
+            step = cache is not None and x.shape[1] == 1  # a decoding step: one kernel call per block where it applies
             for i, layer in enumerate(self.layers):
-                x = layer(x, positions=positions, cache=None if cache is None else cache[i])
+                out = fused.block_step(layer, x, positions, cache[i]) if step else None  # type: ignore[index]
+                x = layer(x, positions=positions, cache=None if cache is None else cache[i]) if out is None else out
         return self.norm(x)
 
     def logits(self, h: Tensor) -> Tensor:

@@ -131,7 +131,7 @@ class Seq2SeqConfig(JSONConfig):
     family: str = "seq2seq"
 
     def __post_init__(self) -> None:
-        from posenc.families import hf_config as bounds
+        from posenc import validation as bounds
 
         limits = {"vocab_size": bounds.MAX_VOCAB, "tgt_vocab_size": bounds.MAX_VOCAB, "dim": bounds.MAX_WIDTH,
                   "encoder_layers": bounds.MAX_LAYERS, "decoder_layers": bounds.MAX_LAYERS,

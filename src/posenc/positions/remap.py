@@ -75,10 +75,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.checks import compiling
-from posenc.plan import FULL, Window
 from posenc.positions.base import check_positions
 from posenc.positions.rotary import Pairing, RoPE, apply_rotary
 from posenc.validation import number
+from posenc.window import FULL, Window, window_mask
 
 #: Queries per block and keys per block of ``remap_attention``.
 Q_BLOCK = 512
@@ -704,7 +704,5 @@ def _block_keys(window: Window, first: int, last: int, k_index: int, k_len: int)
 
 
 def _window_block(window: Window, q_index: int, k_index: int, q_len: int, k_len: int, device: torch.device) -> Tensor:
-    """(bq, bk) bool: causal (by sequence index) and inside ``window`` — the rule of ``attention.window_mask``."""
-    from posenc.attention import window_mask  # attention imports this module's caller; import at use
-
+    """(bq, bk) bool: causal (by sequence index) and inside ``window`` — the rule of ``posenc.window.window_mask``."""
     return window_mask(window, q_index=q_index, k_index=k_index, q_len=q_len, k_len=k_len, device=device)

@@ -8,6 +8,10 @@ tensors: nothing is copied or re-packed, and the modules stay the one statement 
 Gemma's sandwich block (a norm after each branch too, ``1 + g`` gains, QK-norm, tanh-GELU, sliding windows)
 runs the same way.
 
+The kernel (``posenc.kernels``) takes tensors only; this module is the glue that reads them off the modules,
+so it lives with the models: ``LlamaLM.hidden`` offers each block of a decoding step to :func:`block_step`
+first, and runs the block's modules where it returns None.
+
 It applies only where it computes what the modules compute: inference (no gradients, not compiling, eval
 mode), one sequence and one new token, a ``PreNormBlock`` or ``SandwichBlock`` of ``RMSNorm`` /
 ``OffsetRMSNorm``, plain ``MultiHeadAttention`` (full or sliding window; no sinks or query scale; QK-norm
@@ -27,6 +31,10 @@ import torch
 from torch import Tensor, nn
 
 from posenc import kernels
+from posenc.attention import MultiHeadAttention
+from posenc.models.decoder_parts import GatedFFN, OffsetRMSNorm, PreNormBlock, RMSNorm, SandwichBlock
+from posenc.models.quant import QuantLinear
+from posenc.positions.rotary import RoPE
 
 _NO_SCALES = torch.empty(0, dtype=torch.int16)  # a float32 matrix's (unused) scales
 _CHECKED_METHODS = ("rotate", "rotate_query", "rotate_key", "rotate_one", "logit_bias", "attention_bias",
@@ -66,8 +74,6 @@ def _versions(block: Any) -> list[int]:
 def _gain(norm: Any) -> Tensor | None:
     """What multiplies x / rms(x) in ``norm`` — its weight (RMSNorm) or 1 + weight (Gemma's), float32 — or None
     where the norm is not one the kernel computes."""
-    from posenc.models.decoder_parts import OffsetRMSNorm, RMSNorm
-
     if norm.weight.dtype != torch.float32:
         return None
     if type(norm) is RMSNorm:
@@ -79,11 +85,6 @@ def _gain(norm: Any) -> Tensor | None:
 
 def _plan(block: Any) -> dict[str, Any] | None:
     """What ``decode_block`` needs from this block, or None where the block is not one it computes."""
-    from posenc.attention import MultiHeadAttention
-    from posenc.models.decoder_parts import GatedFFN, PreNormBlock, SandwichBlock
-    from posenc.models.quant import QuantLinear
-    from posenc.positions.rotary import RoPE
-
     module = kernels.loaded()
     if module is None or type(block) not in (PreNormBlock, SandwichBlock):
         return None

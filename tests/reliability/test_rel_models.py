@@ -48,7 +48,7 @@ def test_a_model_beyond_the_memory_budget_is_refused_with_the_figure(tmp_path: P
 def _readers():
     from posenc.extend.export import read_source as export_source
     from posenc.formats import load_checkpoint
-    from posenc.positions.rope_audit import read_source as rope_source
+    from posenc.ropecheck.audit import read_source as rope_source
 
     return {"load_pretrained": load_pretrained, "posenc rope": rope_source, "posenc inspect": load_checkpoint,
             "posenc export": export_source}

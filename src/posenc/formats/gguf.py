@@ -470,8 +470,8 @@ def _gguf_name(name: str, arch: str = "llama") -> str:
 
 
 # -- reading a whole file ------------------------------------------------------------------------------------------
-def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
-              dtype: torch.dtype = torch.float32) -> GGUFCheckpoint:
+def read_gguf(path: str | Path, *, keep_interleaved: bool = False, dtype: torch.dtype = torch.float32,
+              config: dict[str, Any] | None = None, tokenizer: bool = True) -> GGUFCheckpoint:
     """Read a GGUF file: config, dequantised tensors (HF names and layout) and tokenizer.
 
     Args:
@@ -480,6 +480,9 @@ def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
             order (``pairing`` then says "interleaved"; run the model with that pairing); default:
             un-permute them to HF's half layout. Other architectures store HF's rows: "half" either way.
         dtype: dtype of the returned tensors (dequantisation itself is float32; each tensor is cast as read).
+        config: the file's HF config as already read (``posenc.pretrained.description``: the one reading of a
+            model); None reads it here.
+        tokenizer: build the tokenizer (False: ``tokenizer`` is None, for a caller that has it already).
 
     Returns:
         A :class:`GGUFCheckpoint`. With tied embeddings (no ``output.weight``),
@@ -495,13 +498,13 @@ def read_gguf(path: str | Path, *, keep_interleaved: bool = False,
     path = Path(path)
     reader = open_gguf(path)
     meta = read_metadata(reader)
-    config = config_of(reader, meta, path)
+    config = config_of(reader, meta, path) if config is None else config
     tensors: dict[str, Tensor] = {}
     types: dict[str, str] = {}
     for name, kind, w in iter_tensors(reader, path, config, keep_interleaved=keep_interleaved, dtype=dtype):
         tensors[name], types[name] = w, kind
     config["tie_word_embeddings"] = "lm_head.weight" not in tensors
-    tok = tokenizer_from_metadata(meta, path)
+    tok = tokenizer_from_metadata(meta, path) if tokenizer else None
     get = lambda key: int(meta[key]) if key in meta else None  # noqa: E731
     return GGUFCheckpoint(
         path=path, hf_config=config, tensors=tensors, pairing=stored_pairing(config, keep_interleaved=keep_interleaved),

@@ -112,6 +112,8 @@ class GGUFArch:
         norm_shift: the converter stored every ``*norm.weight`` as w + this.
         partial_rotary: ``rope.dimension_count`` below the head width is a valid file.
         settings: (metadata, path, config so far) → the architecture's own HF config fields.
+        supplied: what ``settings`` fills in that the file does not state (one sentence each; the model
+            description carries them and ``posenc rope`` prints them).
     """
 
     name: str
@@ -122,6 +124,7 @@ class GGUFArch:
     norm_shift: float = 0.0
     partial_rotary: bool = True
     settings: Callable[[dict[str, Any], Path, dict[str, Any]], dict[str, Any]] = field(default=lambda m, p, c: {})
+    supplied: tuple[str, ...] = ()
 
 
 def _error(message: str) -> GGUFError:
@@ -177,7 +180,10 @@ ARCHS: dict[str, GGUFArch] = {a.name: a for a in (
     GGUFArch("qwen3", "qwen3", "Qwen3ForCausalLM", LLAMA_LAYER_NAMES | _QK_NORMS, settings=_qwen3_settings),
     GGUFArch("gemma3", "gemma3_text", "Gemma3ForCausalLM",
              {k: v for k, v in LLAMA_LAYER_NAMES.items() if "norm" not in k} | _GEMMA3_NORMS | _QK_NORMS,
-             norm_shift=1.0, settings=_gemma3_settings),
+             norm_shift=1.0, settings=_gemma3_settings,
+             supplied=("which layers are global: every 6th layer (llama.cpp's and HF's plan for gemma3)",
+                       "the sliding layers' RoPE base: 10,000 (llama.cpp's and HF's value for gemma3)",
+                       "the softmax scale: head_dim^-1/2, for 27B (hidden/heads)^-1/2 (as llama.cpp computes it)")),
 )}
 _BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 

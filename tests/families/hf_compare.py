@@ -35,6 +35,7 @@ def compare(hf, folder, ids: torch.Tensor, *, pairing: str = "interleaved", prom
     """
     hf.save_pretrained(folder, safe_serialization=True)
     pm = load_pretrained(folder, pairing=pairing)
+    assert_rope_reads_the_loaded_plan(folder, pm)
     with torch.no_grad():
         ref = hf(ids).logits
         torch.testing.assert_close(pm.model(ids), ref, **tol(ref))
@@ -44,6 +45,28 @@ def compare(hf, folder, ids: torch.Tensor, *, pairing: str = "interleaved", prom
         parts += [pm.model(ids[:, i:i + 1], cache=cache) for i in range(first, ids.shape[1])]
         torch.testing.assert_close(torch.cat(parts, dim=1), ref, **tol(ref))
     return pm
+
+
+def assert_rope_reads_the_loaded_plan(folder, pm) -> None:
+    """``posenc rope`` on the saved folder shows, layer by layer, the plan the loaded model runs, and HF's own
+    reading of the folder (its layer types, windows, rotated layers, θ and attention factor) finds no error."""
+    from posenc.ropecheck.audit import audit, read_source
+
+    try:
+        report = audit(read_source(folder))
+    except ValueError as err:
+        assert "has no rotary positions" in str(err), err  # GPT-2, OPT, BLOOM, MPT: nothing to audit
+        return
+    plan = pm.config.plan
+    shown = {}
+    for entry in report["layer_types"]:
+        for i in entry["layer_indices"]:
+            shown[i] = (entry["scheme"], {k: v for k, v in entry["options"].items() if k != "pairing"})
+    loaded = {i: (s.position, {k: v for k, v in s.position_options.items() if k != "pairing"})
+              for i, s in enumerate(plan)}
+    assert shown == loaded, (shown, loaded)
+    errors = [f["message"] for f in report["findings"] if f["severity"] == "error"]
+    assert report["hf_checked"] and not errors, errors
 
 
 def compare_seq2seq(hf, folder, src: torch.Tensor, tgt: torch.Tensor, *, prompt: int | None = None,

@@ -154,6 +154,10 @@ def head_width(config: dict[str, Any], layer_type: str | None) -> int:
     return int(config.get("hidden_size", 0)) // heads
 
 
+#: Model types whose RoPE base is fixed by the architecture, not a config field (no key to miss): GPT-J's 10,000.
+FIXED_BASE = {"gptj": 10000.0}
+
+
 def layer_blocks(config: dict[str, Any], findings: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """{layer type: RoPE block}; a config without types gives one type, "all"."""
     c = HFConfig({k: v for k, v in config.items() if not k.startswith("_")}, source="config")
@@ -165,7 +169,8 @@ def layer_blocks(config: dict[str, Any], findings: list[dict[str, Any]]) -> dict
     nested = isinstance(raw, dict) and any(isinstance(v, dict) for v in raw.values())
     for layer_type, block in blocks.items():
         given = (raw.get(layer_type) if nested else raw) or {}
-        if "rope_theta" not in given and "rope_theta" not in config and "rope_local_base_freq" not in config:
+        if "rope_theta" not in given and "rope_theta" not in config and "rope_local_base_freq" not in config \
+                and config.get("model_type") not in FIXED_BASE:
             findings.append(_missing_theta(config, layer_type))
     return {("all" if k is None else k): v for k, v in blocks.items()}
 
@@ -359,6 +364,10 @@ def _layer_label(config: dict[str, Any], indices: list[int], fallback: str) -> s
 def _groups_from_plan(model: Any, config: dict[str, Any], blocks: dict[str, Any]) -> list[dict[str, Any]]:
     """One group per distinct layer spec of the loaded plan, labelled by HF's layer type where one names it."""
     groups = model.layer_groups()
+    loaded = model.model_config(pairing="half")
+    widths = getattr(loaded, "head_dims", None)  # per-layer widths (Gemma 4)
+    widths = widths() if callable(widths) else None
+    width = getattr(loaded, "attention_head_dim", None)  # the loaded model's own head width (GPT-J: n_embd / n_head)
     out = []
     for k, (spec, indices) in enumerate(groups):
         if spec["position"] == "none":
@@ -371,7 +380,9 @@ def _groups_from_plan(model: Any, config: dict[str, Any], blocks: dict[str, Any]
         out.append({"layer_type": label, "indices": indices, "scheme": spec["position"],
                     "options": dict(spec.get("position_options") or {}), "window": window,
                     "query_scale": spec.get("query_scale"),
-                    "head_dim": head_width(config, None if label in ("all", "nope") else label), "block": block})
+                    "head_dim": (widths[indices[0]] if widths else width if width and not config.get("qk_rope_head_dim")
+                                 else head_width(config, None if label in ("all", "nope") else label)),
+                    "block": block})
     return out
 
 

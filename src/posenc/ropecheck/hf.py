@@ -14,7 +14,8 @@ window (``sliding_window`` on ``sliding_attention`` layers), whether it rotates 
 all (``no_rope_layers``; Cohere 2's global layers), and θ with the attention factor
 from the model's own rotary-embedding module (``<Model>RotaryEmbedding(config)``,
 which holds ``inv_freq`` — or ``<layer type>_inv_freq`` per type — and the
-attention scaling), else from ``ROPE_INIT_FUNCTIONS``.
+attention scaling; GPT-J's holds a sin/cos table, whose row for position 1 gives θ), else from
+``ROPE_INIT_FUNCTIONS``.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ def frequencies(cfg: Any, layer_type: str | None, head_dim: int) -> tuple[torch.
     if cls is not None:
         try:
             module = cls(cfg)
+            if not hasattr(module, "inv_freq") and hasattr(module, "embed_positions"):
+                # GPT-J: a [sin | cos] table of positions (HF's create_sinusoidal_positions); row 1 holds θ itself
+                row = module.embed_positions[1].double()
+                half = row.numel() // 2
+                return torch.atan2(row[:half], row[half:]), 1.0, f"{cls.__name__} (its sin/cos table)"
             if layer_type is not None and hasattr(module, f"{layer_type}_inv_freq"):
                 theta = getattr(module, f"{layer_type}_inv_freq")
                 factor = getattr(module, f"{layer_type}_attention_scaling", 1.0)

@@ -71,6 +71,10 @@ class FoPE(RoPE):
         theta = super().inv_freq()
         kept = theta >= 2 * math.pi / self.train_length  # wavelength 2π/θ at most L
         self.register_buffer("kept", kept, persistent=False)  # (P,)
+        # the kept pairs as indices (D,), fixed at construction: selecting them by index keeps the shapes static
+        # under torch.compile (a boolean-mask select is a data-dependent nonzero: a graph break per rotation);
+        # the same elements as the mask selects
+        self.register_buffer("kept_index", kept.nonzero().flatten(), persistent=False)  # (D,) int64
         sets, d = (self.num_heads if self.separate_heads else 1), int(kept.sum())
         self.cos_coef = nn.Parameter(self._draw(sets, d), requires_grad=self.learnable)  # (Hc, D, D)
         self.sin_coef = nn.Parameter(self._draw(sets, d), requires_grad=self.learnable)
@@ -98,7 +102,8 @@ class FoPE(RoPE):
 
     def fourier_cos_sin(self, positions: Tensor, *, dtype: torch.dtype = torch.float32) -> tuple[Tensor, Tensor]:
         """The Fourier cos and sin of every pair: (Hc, T, P) for (T,) positions, (B, Hc, T, P) for (B, T)."""
-        angles = self.angles(positions)[..., self.kept.to(positions.device)]  # (..., T, D), float64
+        index = self.kept_index.to(positions.device)
+        angles = self.angles(positions).index_select(-1, index)  # (..., T, D), float64
         cos_c = self.cos_coef / self.cos_coef.sum(dim=-2, keepdim=True)  # columns sum to 1
         sin_c = self.sin_coef / self.sin_coef.sum(dim=-2, keepdim=True)
         cos_k = torch.einsum("...td,hde->...hte", angles.cos().to(dtype), cos_c.to(dtype))  # (..., Hc, T, D)
@@ -106,8 +111,8 @@ class FoPE(RoPE):
         shape = (*cos_k.shape[:-1], self.head_dim // 2)
         cos = torch.ones(shape, dtype=dtype, device=cos_k.device)  # clipped pairs: cos 1, sin 0 (not rotated)
         sin = torch.zeros(shape, dtype=dtype, device=cos_k.device)
-        kept = self.kept.to(cos_k.device)
-        cos, sin = cos.masked_scatter(kept, cos_k), sin.masked_scatter(kept, sin_k)
+        index = index.to(cos_k.device)
+        cos, sin = cos.index_copy(-1, index, cos_k), sin.index_copy(-1, index, sin_k)
         return cos, sin
 
     def rotate_one(self, x: Tensor, positions: Tensor) -> Tensor:

@@ -34,8 +34,6 @@ from posenc.pretrained.tokenizer import Tokenizer
 #: GGUF architectures whose as-stored (quantised) path is checked against their dequantised load (itself equal
 #: to HF's): every architecture posenc reads from GGUF. Others would load dequantised.
 AS_STORED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
-#: The HF model types those architectures read as.
-AS_STORED_TYPES = ("llama", "qwen2", "qwen3", "gemma3_text")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -102,11 +100,15 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
         arch_named(d.model_type.removeprefix("gguf:"), path)  # refused, listing the architectures posenc reads
     asked = weights
     weights = check_weights(weights, gguf=gguf, device=device)
-    if gguf and weights == "as-stored" and d.hf_config["model_type"] not in AS_STORED_TYPES:
-        if asked == "as-stored":  # not checked: dequantised
-            raise ValueError(f"{path}: --weights as-stored is checked for GGUF architectures "
-                             f"{list(AS_STORED_ARCHS)} only; use --weights dequantised")
-        weights = "dequantised"
+    if gguf and weights == "as-stored":
+        from posenc.formats.gguf_arch import arch_of
+
+        arch = arch_of(d.hf_config).name
+        if arch not in AS_STORED_ARCHS:  # not checked: dequantised
+            if asked == "as-stored":
+                raise ValueError(f"{path}: --weights as-stored is checked for GGUF architectures "
+                                 f"{list(AS_STORED_ARCHS)} only, not {arch!r}; use --weights dequantised")
+            weights = "dequantised"
     if gguf and weights == "as-stored":
         from posenc.pretrained.as_stored import load_gguf_as_stored
 

@@ -21,7 +21,6 @@ attention scaling; GPT-J's holds a sin/cos table, whose row for position 1 gives
 from __future__ import annotations
 
 import importlib
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,9 +78,9 @@ def _rotary_class(cfg: Any) -> type | None:
         module = importlib.import_module(name)
     except Exception:  # noqa: BLE001 - a modeling module that needs an optional package
         return None
-    for attr, value in vars(module).items():
-        if (attr.endswith("RotaryEmbedding") and inspect.isclass(value) and "Vision" not in attr
-                and value.__module__ == module.__name__ and "config" in inspect.signature(value).parameters):
+    for attr, value in vars(module).items():  # the text model's (a vision tower's takes other arguments)
+        if (attr.endswith("RotaryEmbedding") and isinstance(value, type) and "Vision" not in attr
+                and value.__module__ == module.__name__):
             return value
     return None
 

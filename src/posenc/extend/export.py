@@ -6,25 +6,64 @@ checkpoint (HF folder or GGUF), the scheme and options measured in posenc
 
 * ``out/`` — an HF folder: ``config.json`` with the matching
   ``rope_parameters`` block (transformers ≥ 5; ``max_position_embeddings``
-  becomes the extended context), ``model.safetensors`` (float32, HF names and
-  the half-pairing q/k rows HF stores), ``tokenizer.json`` and, when the source
-  has one, ``tokenizer_config.json``;
-* ``out/model.gguf`` — a GGUF (``gguf.GGUFWriter``, float32 tensors), with
-  llama.cpp's RoPE keys ``llama.rope.freq_base``, ``llama.rope.scaling.type``,
+  becomes the extended context) and, beside it, the same setting in
+  transformers 4's spelling (``rope_scaling`` without ``rope_theta``,
+  top-level ``rope_theta``; Gemma 3: ``rope_scaling`` for the global layers and
+  ``rope_local_base_freq`` for the sliding ones — transformers 5 reads
+  ``rope_scaling`` first, so both spellings hold the same block);
+  ``model.safetensors`` in ``dtype`` (``--dtype``; default: the source's own
+  float type, ``bfloat16`` for a quantised GGUF — the dtype SmolLM2 and Gemma 3
+  are published in, float32's range, half its size; the dequantised 4- to
+  8-bit values are not exactly representable in any 16-bit type either way;
+  ``config.json``'s ``dtype``/``torch_dtype`` say which), HF names and the
+  half-pairing q/k rows HF stores; the tokenizer: ``tokenizer.json`` and —
+  for a GGUF source — ``tokenizer_config.json`` (``tokenizer_class``
+  ``PreTrainedTokenizerFast``, so transformers 4 and 5 use tokenizer.json as
+  it is, the special tokens' strings, ``add_bos_token``/``add_eos_token`` as
+  the file's flags, ``chat_template``), ``special_tokens_map.json`` and
+  ``chat_template.jinja`` (what transformers ≥ 4.50 and 5 save and read first;
+  the tokenizer_config.json key is for older 4.x) — for an HF source its own
+  ``tokenizer_config.json``, ``special_tokens_map.json``,
+  ``chat_template.jinja`` and ``generation_config.json``, byte for byte;
+* ``out/model.gguf`` — a GGUF (``gguf.GGUFWriter``). From a GGUF source every
+  tensor is the source's, block for block (a RoPE setting changes no weight,
+  and the written architecture stores q/k rows in the same order as the
+  source, so nothing is permuted) and every metadata key is the source's
+  (``general.*``, ``tokenizer.*`` with its chat template, special ids and
+  ``add_bos_token``), but the context length and the RoPE keys;
+  ``gguf_type`` (``--gguf-type q8_0|f16|bf16|f32``) requantises instead, from
+  the dequantised float32 values, matrices only (norms stay F32, and a Q8_0
+  row that is not a whole number of 32-value blocks is F16, as llama.cpp's
+  converter does). From an HF folder each matrix is written in its own float
+  type (F32, F16, BF16) unless ``gguf_type`` says otherwise. llama.cpp's RoPE keys
+  ``llama.rope.freq_base``, ``llama.rope.scaling.type``,
   ``.factor``, ``.original_context_length``, ``.yarn_beta_fast``,
   ``.yarn_beta_slow`` and, only for an attention factor other than YaRN's own
   0.1·ln s + 1, ``.attn_factor`` = that factor ÷ (0.1·ln s + 1): llama.cpp
   applies YaRN's own factor itself and multiplies this key on top (a file
   holding the whole factor there reads 0.1·ln s + 1 twice; checked against
   llama.cpp, ``benchmarks/extend/export_check.py --llama-logits``); each head's
-  q and k rows permuted into llama.cpp's interleaved order exactly as its
-  ``convert_hf_to_gguf.py`` does for llama (``posenc.formats.gguf`` reads them
+  q and k rows in llama.cpp's interleaved order exactly as its
+  ``convert_hf_to_gguf.py`` writes them for llama (``posenc.formats.gguf`` reads them
   back with the inverse); the tokenizer as
   ``tokenizer.ggml.*`` metadata — a GGUF source's own, key by key (a
   SentencePiece vocabulary with its scores), or an HF folder's tokenizer.json
   converted: byte-level BPE (SmolLM2, GPT-2) or SentencePiece BPE (Gemma 3,
   Llama 2; ``posenc.formats.gguf_spm.spm_gguf_vocabulary``: scores from the
   vocabulary's order); any other tokenizer.json: ``--format hf`` only.
+
+Every file is written under a temporary name in ``out`` and renamed into place
+when whole, with the mode a plain ``open`` gives (0644 under umask 022).
+
+Refused before anything is written (``check_out``, ``check_options``): an
+``out`` that is, holds or lies inside the source folder, or is or holds a
+source file's folder (export never writes into its input; a folder beside the
+file, or under its folder, is fine); an ``out`` that holds files, unless
+``force`` (then the files export writes are replaced and those of an earlier
+export this one does not write are removed); NaN or ±inf weights, or a value
+beyond ``dtype``'s range (``posenc.formats.finite.check_finite``); an option
+that is not a finite number, a ``factor`` below 1 or whose extended context
+passes 2³¹ − 1 positions, an ``mscale``/``mscale_all_dim`` ≤ 0.
 
 ==========================  ===========================================  ======================================
 posenc scheme               HF ``rope_parameters``                       GGUF
@@ -40,6 +79,17 @@ posenc scheme               HF ``rope_parameters``                       GGUF
 (fixed: ``max_seq_len``)    both short_ and long_factor, factor,         are a ``rope_freqs.weight`` tensor
                             original, attention_factor                   to llama.cpp)
 ==========================  ===========================================  ======================================
+
+transformers 4 reads the same ``rope_scaling`` block (``default`` is
+``rope_scaling: null``; NTK is the top-level ``rope_theta``): checked on
+4.57.1, every scheme to posenc's logits. YaRN needs 4.51 or later: 4.45–4.50
+took its original context from ``max_position_embeddings`` (the extended one
+here), not from the block; 4.51–4.55 re-derive the factor as
+max_position_embeddings ÷ original, the same where factor × original is whole.
+The one setting 4.x cannot state is a Gemma 3 scheme other than NTK on the
+sliding layers (``layers="all"``): it has no scaling field for them, so the
+folder's ``rope_scaling`` states the global layers' and the result's
+``transformers4`` says so.
 
 LongRoPE: HF's ``longrope`` picks one factor list per forward call — short
 for a call of at most ``original_max_position_embeddings`` positions, long
@@ -83,8 +133,11 @@ on the real checkpoints, recorded in ``benchmarks/extend/README.md``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
+import math
+import os
+import stat
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +172,17 @@ REFUSED: dict[str, dict[str, str]] = {
 FORMATS = ("hf", "gguf")
 #: HF model_type → the GGUF architecture the export writes (None: a config that states none, read as llama)
 FAMILIES = {"llama": "llama", None: "llama", "gemma3_text": "gemma3"}
+#: ``--dtype``: the HF folder's weights
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: ``--gguf-type``: requantise every matrix of the GGUF to one type (None: keep the source's own types)
+GGUF_OUT_TYPES = ("q8_0", "f16", "bf16", "f32")
+#: The longest context an export states: config.json's and llama.cpp's (int32 n_ctx) context lengths.
+MAX_CONTEXT = 2**31 - 1
+#: Every file an export writes into ``out`` (``--force`` removes those of an earlier export this one does not write).
+EXPORT_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+                "special_tokens_map.json", "chat_template.jinja", "generation_config.json", "model.gguf")
+#: An HF source's tokenizer and generation files, copied byte for byte.
+HF_SIDE_FILES = ("tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "generation_config.json")
 
 
 def refusal(position: str, fmt: str) -> str | None:
@@ -181,6 +245,10 @@ def spelling(position: str, options: dict[str, Any], *, base: float, rotary_dim:
             mscale, all_dim = options.get("mscale"), options.get("mscale_all_dim")
             attention = (yarn_mscale(factor, mscale) / yarn_mscale(factor, all_dim) if mscale and all_dim
                          else yarn_mscale(factor))
+        if not (math.isfinite(float(attention)) and float(attention) > 0):
+            raise ValueError(f"--position-option mscale/mscale_all_dim/attention_factor give YaRN an attention factor "
+                             f"of {float(attention):.4g}; it multiplies queries and keys and must be a finite number "
+                             "> 0 (leave them unset for YaRN's own 0.1·ln s + 1)")
         gguf = {"scaling.type": "yarn", "scaling.factor": factor, "scaling.original_context_length": original,
                 "scaling.yarn_beta_fast": block["beta_fast"], "scaling.yarn_beta_slow": block["beta_slow"]}
         # llama.cpp multiplies the rotation by YaRN's 0.1·ln s + 1 itself and by rope.scaling.attn_factor on top
@@ -216,6 +284,86 @@ def spelling(position: str, options: dict[str, Any], *, base: float, rotary_dim:
     raise ValueError(f"no spelling for {position!r}")  # check_exportable refuses it first
 
 
+# -- refusals before anything is written ---------------------------------------------------------------------
+
+
+def check_options(options: dict[str, Any], *, l0: int) -> None:
+    """Refuse, by name, an option that is not a finite number, or one out of the range an export can state.
+
+    Args:
+        l0: the checkpoint's trained context (``original_max_len`` when the options do not give one).
+    """
+    for key, value in options.items():
+        for x in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isfinite(x):
+                raise ValueError(f"--position-option {key}={value!r}: not a finite number")
+    for key in ("mscale", "mscale_all_dim"):
+        value = options.get(key)
+        if value is not None and not (isinstance(value, (int, float)) and value > 0):
+            raise ValueError(f"--position-option {key}={value!r}: must be a number > 0 (YaRN's attention factor is "
+                             f"0.1·{key}·ln s + 1; DeepSeek-V3 uses mscale = mscale_all_dim = 1)")
+    factor = options.get("factor")
+    if factor is None:
+        return
+    if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor < 1:
+        raise ValueError(f"--position-option factor={factor!r}: must be a number >= 1 (an export extends the context "
+                         "to factor × the trained length; HF's config validation warns below 1)")
+    original = options.get("original_max_len", l0)
+    if not isinstance(original, (int, float)) or isinstance(original, bool):
+        return  # the scheme refuses it by name
+    if float(factor) * float(original) > MAX_CONTEXT:
+        raise ValueError(f"--position-option factor={factor!r}: the extended context factor × {original:,} = "
+                         f"{float(factor) * float(original):.4g} positions is beyond the {MAX_CONTEXT:,} a config.json "
+                         "or a GGUF states; a factor of 2-32 is usual")
+
+
+def _source_folders(source: Path) -> list[Path]:
+    """The folder(s) an export must not write into: the source folder, or a source file's folder (also the folder
+    of the file a symbolic link points at)."""
+    if source.is_dir():
+        return [source.resolve()]
+    return list(dict.fromkeys([source.absolute().parent.resolve(), source.resolve().parent]))
+
+
+def _entries(out: Path) -> list[str]:
+    """What ``out`` holds, but for the ``.lock`` the command line's run lock puts there."""
+    from posenc.checkpoint import LOCK_FILE
+
+    return sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
+
+
+def check_out(source: str | Path, out: str | Path, *, force: bool = False) -> None:
+    """Refuse an ``out`` that would make the export write into its input, or over other files without ``force``.
+
+    Refused: ``out`` is, holds or lies inside a source folder; ``out`` is or holds a source file's folder (a folder
+    under it, beside the file, is fine: ``posenc export model.gguf --out model-yarn``); ``out`` holds anything
+    (unless ``force``).
+    """
+    source, out = Path(source), Path(out)
+    target = out.resolve()
+    for folder in _source_folders(source):
+        inside = source.is_dir() and folder in target.parents
+        if target == folder or target in folder.parents or inside:
+            how = "is" if target == folder else ("lies inside" if inside else "holds")
+            what = "the source folder" if source.is_dir() else f"the folder of the source file {source.name}"
+            raise ValueError(f"--out {out} {how} {what} ({folder}); export never writes into its input: give a "
+                             "folder outside it")
+    left = _entries(out)
+    if left and not force:
+        shown = ", ".join(left[:4]) + (" …" if len(left) > 4 else "")
+        raise ValueError(f"--out {out} is not empty ({len(left)} entries: {shown}); give a new or empty folder, or "
+                         "--force to replace an earlier export there")
+
+
+def check_weights(src: Source, dtypes: tuple[torch.dtype, ...]) -> None:
+    """Refuse NaN/±inf weights, and values beyond the range of a dtype they are written in, naming the tensor."""
+    from posenc.formats.finite import check_finite
+
+    narrowest = min(dtypes, key=lambda d: torch.finfo(d).max, default=None)
+    for name, t in src.tensors.items():
+        check_finite(name, t, source=str(src.path), dtype=narrowest)
+
+
 # -- reading the source --------------------------------------------------------------------------------------
 
 
@@ -229,6 +377,11 @@ class Source:
     tokenizer_config: dict[str, Any] | None
     gguf_tokenizer: dict[str, Any]  # tokenizer.* metadata for the GGUF (empty: none)
     no_gguf_tokenizer: str = ""  # why there is none, where the tokenizer.json is of a kind posenc spells
+    path: Path | None = None
+    is_gguf: bool = False  # a GGUF file (its tensors and metadata are copied from it)
+    types: dict[str, str] = field(default_factory=dict)  # HF name → how it is stored: "Q4_1", "F32", "bfloat16", …
+    tokenizer: Any = None  # posenc's Tokenizer (posenc.pretrained.tokenizer), None where it cannot be built
+    side_files: dict[str, bytes] = field(default_factory=dict)  # an HF source's HF_SIDE_FILES, byte for byte
 
 
 def read_source(path: str | Path) -> Source:
@@ -238,33 +391,54 @@ def read_source(path: str | Path) -> Source:
         raise FileNotFoundError(f"{path}: no such file or folder; give an HF model folder or a .gguf file")
     if path.is_file():
         from posenc.formats.gguf import open_gguf, read_gguf, read_metadata
+        from posenc.pretrained.tokenizer import gguf_tokenizer
 
         ckpt = read_gguf(path)
         meta = read_metadata(open_gguf(path))
         tok_meta = {k: v for k, v in meta.items() if k.startswith("tokenizer.")}
         return Source(dict(ckpt.hf_config), {k: v.float() for k, v in ckpt.tensors.items()},
-                      ckpt.tokenizer.to_str(), None, tok_meta)
+                      ckpt.tokenizer.to_str(), None, tok_meta, path=path, is_gguf=True, types=dict(ckpt.tensor_types),
+                      tokenizer=gguf_tokenizer(meta, path))
     from safetensors import safe_open
 
     from posenc.formats.safetensors import MAX_CONFIG_BYTES, find_weights, read_json
 
     config = read_json(path / "config.json", limit=MAX_CONFIG_BYTES)
     tensors: dict[str, Tensor] = {}
+    types: dict[str, str] = {}
     for file in find_weights(path):
         with safe_open(str(file), framework="pt") as f:
             for name in f.keys():
                 if not name.endswith("rotary_emb.inv_freq"):
-                    tensors[name] = f.get_tensor(name).float()
+                    t = f.get_tensor(name)
+                    types[name] = str(t.dtype).removeprefix("torch.")
+                    tensors[name] = t.float()
     tok_path = path / "tokenizer.json"
     if not tok_path.is_file():
         raise FileNotFoundError(f"{path}: no tokenizer.json; export writes the model with its tokenizer")
     tok_config = path / "tokenizer_config.json"
     tc = read_json(tok_config, limit=MAX_CONFIG_BYTES) if tok_config.is_file() else None
+    side = {}
+    for name in HF_SIDE_FILES:
+        if (path / name).is_file():
+            if (path / name).stat().st_size > MAX_CONFIG_BYTES:
+                raise ValueError(f"{path / name}: {(path / name).stat().st_size:,} bytes, more than the "
+                                 f"{MAX_CONFIG_BYTES:,} a settings file may hold; the folder is corrupt")
+            side[name] = (path / name).read_bytes()
     text = tok_path.read_text(encoding="utf-8")
     try:
-        return Source(config, tensors, text, tc, gguf_tokenizer_from_json(text, config, tc, source=str(tok_path)))
+        from posenc.pretrained.tokenizer import load_hf_tokenizer
+
+        tokenizer = load_hf_tokenizer(path, config)
+    except ValueError:  # ids its files contradict: the HF folder is still copied, without a synthesised config
+        tokenizer = None
+    template = getattr(tokenizer, "chat_template", None)
+    src = Source(config, tensors, text, tc, {}, path=path, types=types, tokenizer=tokenizer, side_files=side)
+    try:
+        src.gguf_tokenizer = gguf_tokenizer_from_json(text, config, tc, source=str(tok_path), chat_template=template)
     except ValueError as e:  # an HF folder can still be written; a GGUF is refused with this reason
-        return Source(config, tensors, text, tc, {}, str(e))
+        src.no_gguf_tokenizer = str(e)
+    return src
 
 
 def _pre_type(pre: dict[str, Any] | None) -> str | None:
@@ -281,9 +455,11 @@ def _pre_type(pre: dict[str, Any] | None) -> str | None:
 
 
 def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config: dict[str, Any] | None, *,
-                             source: str) -> dict[str, Any]:
+                             source: str, chat_template: str | None = None) -> dict[str, Any]:
     """``tokenizer.ggml.*`` metadata of a byte-level BPE or a SentencePiece tokenizer.json (empty when it has no
-    GGUF spelling), with config.json's special ids and tokenizer_config.json's chat template."""
+    GGUF spelling), with config.json's special ids, whether BOS / EOS go around a text, and the chat template
+    (``chat_template``: the folder's as posenc reads it — tokenizer_config.json's or chat_template.jinja; None:
+    tokenizer_config.json's)."""
     from posenc.formats.gguf_spm import dense_size, spm_gguf_vocabulary
 
     data = json.loads(text)
@@ -308,16 +484,15 @@ def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config
         if config.get(hf) is not None:  # of a list (Gemma 3's eos_token_id [1, 106]) the first, as llama.cpp's
             ids = config[hf]
             meta[f"tokenizer.ggml.{key}_token_id"] = int(ids[0] if isinstance(ids, list) else ids)
-    if meta["tokenizer.ggml.model"] == "llama":  # SentencePiece: whether BOS / EOS go around a text, as HF says
-        from tokenizers import Tokenizer
+    from tokenizers import Tokenizer
 
-        from posenc.pretrained.tokenizer import adds_special
+    from posenc.pretrained.tokenizer import adds_special
 
-        tok = Tokenizer.from_str(text)
-        for x in ("bos", "eos"):
-            meta[f"tokenizer.ggml.add_{x}_token"] = adds_special(tok, tokenizer_config, x,
-                                                                 meta.get(f"tokenizer.ggml.{x}_token_id"))
-    template = (tokenizer_config or {}).get("chat_template")
+    tok = Tokenizer.from_str(text)
+    for x in ("bos", "eos"):  # whether BOS / EOS go around a text, as HF says (llama.cpp's default differs by type)
+        meta[f"tokenizer.ggml.add_{x}_token"] = adds_special(tok, tokenizer_config, x,
+                                                             meta.get(f"tokenizer.ggml.{x}_token_id"))
+    template = chat_template if chat_template is not None else (tokenizer_config or {}).get("chat_template")
     if isinstance(template, str):
         meta["tokenizer.chat_template"] = template
     return meta
@@ -326,39 +501,148 @@ def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config
 # -- writing -------------------------------------------------------------------------------------------------
 
 
-def exported_config(src: Source, spelled: dict[str | None, RopeSpelling], main: str | None) -> dict[str, Any]:
-    """The source's config.json with the RoPE block(s) of ``spelled`` ({layer type or None: spelling})."""
+def _legacy_block(block: dict[str, Any]) -> dict[str, Any] | None:
+    """transformers 4's ``rope_scaling`` of a ``rope_parameters`` block: the block without ``rope_theta`` (a top-level
+    key there), None for plain RoPE."""
+    if block.get("rope_type", "default") == "default":
+        return None
+    return {k: v for k, v in block.items() if k != "rope_theta"}
+
+
+def exported_config(src: Source, spelled: dict[str | None, RopeSpelling], main: str | None,
+                    dtype: torch.dtype | None = None) -> dict[str, Any]:
+    """The source's config.json with the RoPE block(s) of ``spelled`` ({layer type or None: spelling}), in
+    transformers 5's spelling (``rope_parameters``) and 4's beside it (``rope_scaling``, ``rope_theta``, Gemma 3's
+    ``rope_local_base_freq``), and the weights' ``dtype``."""
     config = {k: v for k, v in src.hf_config.items()
               if k not in ("rope_scaling", "rope_parameters", "rope_theta", "rope_local_base_freq")}
     if main is None:
         config["rope_parameters"] = spelled[None].hf
         config["rope_theta"] = spelled[None].hf["rope_theta"]
+        config["rope_scaling"] = _legacy_block(spelled[None].hf)
     else:  # transformers 5's per-layer-type form, each block with its own base
         config["rope_parameters"] = {t: s.hf for t, s in spelled.items()}
+        # transformers 4's Gemma 3: rope_theta + rope_scaling for the global layers, rope_local_base_freq (unscaled)
+        # for the sliding ones; transformers 5 merges rope_scaling into its full_attention block (the same block)
+        config["rope_theta"] = spelled[GLOBAL].hf["rope_theta"]
+        config["rope_local_base_freq"] = spelled[SLIDING].hf["rope_theta"]
+        config["rope_scaling"] = _legacy_block(spelled[GLOBAL].hf)
     config["max_position_embeddings"] = spelled[main].max_position_embeddings
     config.setdefault("architectures", ["LlamaForCausalLM" if main is None else "Gemma3ForCausalLM"])
     config.setdefault("tie_word_embeddings", "lm_head.weight" not in src.tensors)
+    if dtype is not None:  # transformers 5 reads dtype, 4 torch_dtype; from_pretrained's "auto" loads in it
+        config["dtype"] = config["torch_dtype"] = str(dtype).removeprefix("torch.")
     return config
 
 
-def write_hf(out: Path, src: Source, config: dict[str, Any]) -> list[Path]:
+def transformers4_note(spelled: dict[str | None, RopeSpelling]) -> str | None:
+    """Why transformers 4 would not read the folder as the variant (None: it does)."""
+    sliding = spelled.get(SLIDING)
+    if sliding is not None and _legacy_block(sliding.hf) is not None:
+        return ("transformers 4 has no field for a scaled Gemma 3 sliding layer: it reads the global layers' "
+                "rope_scaling only (load the folder with transformers >= 5)")
+    return None
+
+
+def _special_tokens(tok: Any) -> dict[str, str]:
+    """The named special tokens' strings of a posenc Tokenizer (bos/eos/unk/pad/…), as HF's special_tokens_map."""
+    found = {}
+    for name, token_id in (("bos_token", tok.bos_id), ("eos_token", tok.eos_id)):
+        if token_id is not None and tok.token(token_id) is not None:
+            found[name] = tok.token(token_id)
+    found.update(getattr(tok, "special_tokens_map", None) or {})  # unk/pad/sep/… where the tokenizer names them
+    return found
+
+
+def hf_tokenizer_files(tok: Any, *, model_max_length: int | None = None,
+                       extra_special: dict[str, str] | None = None) -> dict[str, bytes]:
+    """tokenizer_config.json, special_tokens_map.json and chat_template.jinja for a tokenizer.json that lacks them,
+    from posenc's Tokenizer ``tok``: transformers 4 and 5 then load tokenizer.json as it is (``tokenizer_class``
+    ``PreTrainedTokenizerFast``), with the special tokens, BOS behaviour and chat template posenc uses.
+
+    Args:
+        extra_special: further named special tokens ({"unk_token": "<unk>", …}) where ``tok`` does not name them.
+    """
+    from posenc.pretrained.tokenizer import adds_special
+
+    special = {**(extra_special or {}), **_special_tokens(tok)}
+    config: dict[str, Any] = {"tokenizer_class": "PreTrainedTokenizerFast", **special,
+                              # transformers 5 takes these from tokenizer.json's post-processor, which says the same
+                              "add_bos_token": bool(tok.add_bos),
+                              "add_eos_token": adds_special(tok.tokenizer, None, "eos", tok.eos_id),
+                              "clean_up_tokenization_spaces": False}
+    if model_max_length is not None:
+        config["model_max_length"] = int(model_max_length)
+    if tok.chat_template:
+        config["chat_template"] = tok.chat_template  # transformers 4 before chat_template.jinja
+    files = {"tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False) + "\n",
+             "special_tokens_map.json": json.dumps(special, indent=2, ensure_ascii=False) + "\n"}
+    if tok.chat_template:
+        files["chat_template.jinja"] = tok.chat_template
+    return {name: text.encode("utf-8") for name, text in files.items()}
+
+
+def _gguf_special(src: Source) -> dict[str, str]:
+    """unk/pad strings of a GGUF source's metadata ids (for a Tokenizer that does not name them itself)."""
+    tokens = src.gguf_tokenizer.get("tokenizer.ggml.tokens") or []
+    found = {}
+    for key, name in (("unknown_token_id", "unk_token"), ("padding_token_id", "pad_token")):
+        i = src.gguf_tokenizer.get(f"tokenizer.ggml.{key}")
+        if isinstance(i, int) and 0 <= i < len(tokens):
+            found[name] = src.tokenizer.token(i) or tokens[i]
+    return found
+
+
+def tokenizer_files(src: Source, config: dict[str, Any]) -> dict[str, bytes]:
+    """Every file of the HF folder's tokenizer: tokenizer.json, an HF source's own side files byte for byte, and —
+    where the source has no tokenizer_config.json (every GGUF) — those :func:`hf_tokenizer_files` makes from the
+    source's tokenizer for the names it lacks."""
+    files = {"tokenizer.json": src.tokenizer_json.encode("utf-8"), **src.side_files}
+    if "tokenizer_config.json" not in files and src.tokenizer is not None:
+        made = hf_tokenizer_files(src.tokenizer, model_max_length=config.get("max_position_embeddings"),
+                                  extra_special=_gguf_special(src) if src.is_gguf else None)
+        for name, data in made.items():
+            files.setdefault(name, data)
+    return files
+
+
+def _write(path: Path, fill: Callable[[Path], None]) -> Path:
+    """Write ``path`` through ``fill(temporary path)``, then rename it into place, with the mode a plain ``open``
+    gives (0666 less the umask, a default ACL applied): writers that go through a private temporary file
+    (safetensors: 0600) leave theirs. A symbolic link at ``path`` is replaced, never written through."""
+    tmp = path.with_name(f".{path.name}.posenc-tmp")
+    if tmp.is_symlink() or tmp.exists():
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+    os.close(fd)
+    try:
+        fill(tmp)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_hf(out: Path, src: Source, config: dict[str, Any], dtype: torch.dtype = torch.float32) -> list[Path]:
+    """config.json, model.safetensors (in ``dtype``) and the tokenizer files."""
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.contiguous() for k, v in src.tensors.items()
+    tensors = {k: v.to(dtype).contiguous() for k, v in src.tensors.items()
                if not (k == "lm_head.weight" and config.get("tie_word_embeddings"))}
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
-    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    (out / "tokenizer.json").write_text(src.tokenizer_json, encoding="utf-8")
-    paths = [out / "config.json", out / "model.safetensors", out / "tokenizer.json"]
-    if src.tokenizer_config is not None:
-        (out / "tokenizer_config.json").write_text(json.dumps(src.tokenizer_config, indent=2) + "\n", encoding="utf-8")
-        paths.append(out / "tokenizer_config.json")
+    paths = [_write(out / "model.safetensors", lambda p: save_file(tensors, str(p), metadata={"format": "pt"})),
+             _write(out / "config.json", lambda p: p.write_text(json.dumps(config, indent=2) + "\n",
+                                                                 encoding="utf-8"))]
+    for name, data in tokenizer_files(src, config).items():
+        paths.append(_write(out / name, lambda p, data=data: p.write_bytes(data)))
     return paths
 
 
-def _gguf_tensors(src: Source, config: dict[str, Any], arch: str = "llama") -> Iterator[tuple[str, Tensor]]:
-    """(GGUF name, float32 tensor in llama.cpp's layout) as its converter writes architecture ``arch``:
+def _gguf_tensors(src: Source, config: dict[str, Any], arch: str = "llama") -> Iterator[tuple[str, str, Tensor]]:
+    """(GGUF name, HF name, float32 tensor in llama.cpp's layout) as its converter writes architecture ``arch``:
     llama's q/k rows half → interleaved per head; Gemma's norm gains stored as 1 + w."""
     from posenc.formats.gguf import _gguf_name
     from posenc.formats.gguf_arch import ARCHS
@@ -376,11 +660,11 @@ def _gguf_tensors(src: Source, config: dict[str, Any], arch: str = "llama") -> I
             t = convert_qk_weight(t, num_heads=heads[proj], head_dim=head_dim, source="half", target="interleaved")
         if spec.norm_shift and name.endswith("norm.weight"):
             t = t + spec.norm_shift  # Gemma3Model.modify_tensors: llama.cpp's RMSNorm multiplies by the stored gain
-        yield _gguf_name(name, arch), t
+        yield _gguf_name(name, arch), name, t
 
 
 def _add_tokenizer(writer: Any, tok: dict[str, Any]) -> None:
-    """The source's ``tokenizer.*`` metadata, key by key (a SentencePiece vocabulary keeps its scores)."""
+    """An HF source's tokenizer as ``tokenizer.*`` metadata (``gguf_tokenizer_from_json``)."""
     writer.add_tokenizer_model(str(tok["tokenizer.ggml.model"]))
     writer.add_tokenizer_pre(str(tok.get("tokenizer.ggml.pre", "default")))
     writer.add_token_list(list(tok["tokenizer.ggml.tokens"]))
@@ -402,68 +686,164 @@ def _add_tokenizer(writer: Any, tok: dict[str, Any]) -> None:
         writer.add_chat_template(str(tok["tokenizer.chat_template"]))
 
 
-def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpelling, *,
-               arch: str = "llama") -> Path:
-    """A float32 GGUF of architecture ``arch`` with the RoPE keys of ``spelled`` (Gemma 3: its global layers')
-    and the source's tokenizer metadata."""
+def _copy_metadata(writer: Any, reader: Any, arch: str) -> None:
+    """Every metadata key of a GGUF source the writer does not hold yet, with its own type — ``general.*``,
+    ``tokenizer.*`` and the architecture's keys — but the header's, the alignment, the file type, the context
+    length and the RoPE keys (written for the export)."""
     import gguf
 
-    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_name(str(config.get("_name_or_path", "posenc export")))
-    writer.add_context_length(int(config["max_position_embeddings"]))
-    writer.add_embedding_length(int(config["hidden_size"]))
-    writer.add_block_count(int(config["num_hidden_layers"]))
-    writer.add_feed_forward_length(int(config["intermediate_size"]))
-    writer.add_head_count(int(config["num_attention_heads"]))
-    writer.add_head_count_kv(int(config.get("num_key_value_heads", config["num_attention_heads"])))
-    writer.add_key_length(int(head_dim))
-    writer.add_value_length(int(head_dim))
-    writer.add_rope_dimension_count(int(head_dim))
-    writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
-    writer.add_vocab_size(int(config["vocab_size"]))
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    if arch == "gemma3":  # Gemma3Model.set_gguf_parameters: the window, and the final soft cap where there is one
-        writer.add_sliding_window(int(config["sliding_window"]))
-        if config.get("final_logit_softcapping"):
-            writer.add_final_logit_softcapping(float(config["final_logit_softcapping"]))
-    rope = spelled.gguf
-    writer.add_rope_freq_base(float(rope.get("freq_base", spelled.hf["rope_theta"])))
-    if "scaling.type" in rope:
-        writer.add_rope_scaling_type(gguf.RopeScalingType(rope["scaling.type"]))
-        writer.add_rope_scaling_factor(float(rope["scaling.factor"]))
-    if "scaling.original_context_length" in rope:
-        writer.add_rope_scaling_orig_ctx_len(int(rope["scaling.original_context_length"]))
-        if "scaling.attn_factor" in rope:
-            writer.add_rope_scaling_attn_factors(float(rope["scaling.attn_factor"]))
-        writer.add_rope_scaling_yarn_beta_fast(float(rope["scaling.yarn_beta_fast"]))
-        writer.add_rope_scaling_yarn_beta_slow(float(rope["scaling.yarn_beta_slow"]))
-    _add_tokenizer(writer, src.gguf_tokenizer)
-    for name, t in _gguf_tensors(src, config, arch):
-        writer.add_tensor(name, t.detach().to(torch.float32).contiguous().numpy())
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    skip = ("general.architecture", "general.alignment", "general.file_type", f"{arch}.context_length")
+    for key, f in reader.fields.items():
+        if (key.startswith("GGUF.") or key in skip or key.startswith(f"{arch}.rope.")
+                or any(key in kv for kv in writer.kv_data)):
+            continue
+        value, types = f.contents(), list(f.types)
+        if types[0] == gguf.GGUFValueType.ARRAY:
+            if not value or len(types) > 2:  # an empty or nested array: nothing llama.cpp reads for these models
+                continue
+            writer.add_key_value(key, value, types[0], sub_type=types[-1])
+        else:
+            writer.add_key_value(key, value, types[0])
+
+
+#: --gguf-type → (GGML type, llama.cpp's file type)
+_REQUANT = {"q8_0": ("Q8_0", "MOSTLY_Q8_0"), "f16": ("F16", "MOSTLY_F16"), "bf16": ("BF16", "MOSTLY_BF16"),
+            "f32": ("F32", "ALL_F32")}
+#: an HF source's torch dtype → its GGML type
+_GGML_OF = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+
+def _encode(t: Tensor, kind: str) -> tuple[Any, Any]:
+    """(array, raw GGML type or None) of a float32 tensor stored as ``kind`` (F32, F16, BF16 or Q8_0)."""
+    import gguf
+
+    if kind == "F32":
+        return t.detach().to(torch.float32).contiguous().numpy(), None
+    if kind == "F16":
+        return t.detach().to(torch.float16).contiguous().numpy(), None
+    if kind == "BF16":  # round to nearest even, as gguf.quants' BF16 and llama.cpp do; bytes as GGUF stores them
+        return t.detach().to(torch.bfloat16).contiguous().view(torch.uint8).numpy(), gguf.GGMLQuantizationType.BF16
+    return gguf.quants.quantize(t.detach().to(torch.float32).contiguous().numpy(),
+                                gguf.GGMLQuantizationType[kind]), gguf.GGMLQuantizationType[kind]
+
+
+def _stored_kind(t: Tensor, source_kind: str, gguf_type: str | None) -> str:
+    """The GGML type a tensor is written in: 1-D (norms) F32; a matrix in ``gguf_type``'s, or its source dtype's."""
+    if t.dim() < 2:
+        return "F32"
+    kind = _REQUANT[gguf_type][0] if gguf_type is not None else _GGML_OF.get(source_kind, "F32")
+    if kind == "Q8_0" and t.shape[-1] % 32:  # llama.cpp's converter: rows not in whole blocks go F16
+        kind = "F16"
+    return kind
+
+
+def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpelling, *,
+               arch: str = "llama", gguf_type: str | None = None) -> Path:
+    """A GGUF of architecture ``arch`` with the RoPE keys of ``spelled`` (Gemma 3: its global layers'): a GGUF
+    source's tensors block for block and its metadata key for key (``gguf_type`` None), or every matrix in
+    ``gguf_type``; an HF source's tokenizer converted."""
+    def fill(tmp: Path) -> None:
+        import gguf
+
+        head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        writer = gguf.GGUFWriter(str(tmp), arch)
+        writer.add_context_length(int(config["max_position_embeddings"]))
+        writer.add_embedding_length(int(config["hidden_size"]))
+        writer.add_block_count(int(config["num_hidden_layers"]))
+        writer.add_feed_forward_length(int(config["intermediate_size"]))
+        writer.add_head_count(int(config["num_attention_heads"]))
+        writer.add_head_count_kv(int(config.get("num_key_value_heads", config["num_attention_heads"])))
+        writer.add_key_length(int(head_dim))
+        writer.add_value_length(int(head_dim))
+        writer.add_rope_dimension_count(int(head_dim))
+        writer.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
+        writer.add_vocab_size(int(config["vocab_size"]))
+        if arch == "gemma3":  # Gemma3Model.set_gguf_parameters: the window, and the final soft cap where there is one
+            writer.add_sliding_window(int(config["sliding_window"]))
+            if config.get("final_logit_softcapping"):
+                writer.add_final_logit_softcapping(float(config["final_logit_softcapping"]))
+        rope = spelled.gguf
+        writer.add_rope_freq_base(float(rope.get("freq_base", spelled.hf["rope_theta"])))
+        if "scaling.type" in rope:
+            writer.add_rope_scaling_type(gguf.RopeScalingType(rope["scaling.type"]))
+            writer.add_rope_scaling_factor(float(rope["scaling.factor"]))
+        if "scaling.original_context_length" in rope:
+            writer.add_rope_scaling_orig_ctx_len(int(rope["scaling.original_context_length"]))
+            if "scaling.attn_factor" in rope:
+                writer.add_rope_scaling_attn_factors(float(rope["scaling.attn_factor"]))
+            writer.add_rope_scaling_yarn_beta_fast(float(rope["scaling.yarn_beta_fast"]))
+            writer.add_rope_scaling_yarn_beta_slow(float(rope["scaling.yarn_beta_slow"]))
+        reader = None
+        if src.is_gguf:
+            from posenc.formats.gguf import open_gguf
+
+            reader = open_gguf(src.path)
+        if reader is not None and gguf_type is None:  # the source's blocks, byte for byte, and its file type
+            for t in reader.tensors:
+                writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+            kept = reader.fields.get("general.file_type")
+            if kept is not None:
+                writer.add_file_type(int(kept.contents()))
+        else:
+            kinds = []
+            for gguf_name, hf_name, t in _gguf_tensors(src, config, arch):
+                kind = _stored_kind(t, src.types.get(hf_name, "float32"), gguf_type)
+                data, raw = _encode(t, kind)
+                writer.add_tensor(gguf_name, data, raw_dtype=raw)
+                kinds.append(kind)
+            if gguf_type is not None:
+                file_type = _REQUANT[gguf_type][1]
+            else:  # an HF source in its own types: the matrices' most common type names the file
+                common = max(set(k for k in kinds if k != "F32") or {"F32"}, key=kinds.count)
+                file_type = {"F32": "ALL_F32", "F16": "MOSTLY_F16", "BF16": "MOSTLY_BF16"}[common]
+            writer.add_file_type(gguf.LlamaFileType[file_type])
+        if reader is not None:
+            _copy_metadata(writer, reader, arch)
+        else:
+            writer.add_name(str(config.get("_name_or_path", "posenc export")))
+            _add_tokenizer(writer, src.gguf_tokenizer)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+
+    return _write(path, fill)
+
+
+def source_dtype(src: Source) -> torch.dtype:
+    """The HF folder's default dtype: the float type the source stores its matrices in — float32, float16 or
+    bfloat16 — and bfloat16 for quantised ones (the dtype SmolLM2, Gemma 3 and Llama are published in: float32's
+    range at half its size; a dequantised 4- to 8-bit value is not exactly a 16-bit float either way); float32 where
+    the matrices mix float types."""
+    named = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, **DTYPES}
+    found = {named.get(src.types.get(n, "float32"), torch.bfloat16) for n, t in src.tensors.items() if t.dim() >= 2}
+    return found.pop() if len(found) == 1 else torch.float32
 
 
 def export_model(source: str | Path, position: str, options: dict[str, Any], out: str | Path, *,
-                 formats: tuple[str, ...] = FORMATS, layers: str | None = None) -> dict[str, Any]:
+                 formats: tuple[str, ...] = FORMATS, layers: str | None = None, dtype: str | None = None,
+                 gguf_type: str | None = None, force: bool = False) -> dict[str, Any]:
     """Write ``source`` with ``position`` + ``options`` as an HF folder and/or a GGUF under ``out``.
 
     Args:
         layers: which layers take the scheme in a Gemma 3 checkpoint — ``global`` (None: the family's own
             choice) or ``all``/``rotary``; a llama checkpoint has one scheme for every layer (any choice).
+        dtype: the HF folder's weights, a name of :data:`DTYPES` (None: :func:`source_dtype`).
+        gguf_type: requantise the GGUF's matrices to one of :data:`GGUF_OUT_TYPES` (None: the source's own types,
+            a GGUF source's blocks byte for byte).
+        force: write into an ``out`` that holds files (an earlier export's are replaced or removed).
 
     Returns:
         {"hf": [paths], "gguf": path, "rope_parameters": block (Gemma 3: a block per layer type),
-        "gguf_rope": keys, "max_position_embeddings": N, "layers": the choice applied}.
+        "gguf_rope": keys, "max_position_embeddings": N, "layers": the choice applied, "dtype": the HF folder's,
+        "gguf_types": {GGML type: tensors}, "sizes": {path: bytes}, "transformers4": None or why transformers 4
+        reads the folder otherwise}.
 
     Raises:
         ValueError: a scheme with no spelling in an asked format (named, with the format), a model outside
-            ``FAMILIES``, an already scaled checkpoint, a layer choice the asked format cannot state, or
-            options the scheme refuses. Nothing is written then.
+            ``FAMILIES``, an already scaled checkpoint, a layer choice the asked format cannot state, options the
+            scheme or the export refuses (``check_options``), an ``out`` refused by ``check_out``, or weights that
+            are not finite (``check_weights``). Nothing is written then.
     """
     from posenc import positions
     from posenc.extend.methods import LAYER_CHOICES
@@ -474,7 +854,12 @@ def export_model(source: str | Path, position: str, options: dict[str, Any], out
         raise ValueError(f"--format takes {', '.join(FORMATS)}, got {list(formats)}")
     if layers is not None and layers not in LAYER_CHOICES:
         raise ValueError(f"--layers {layers!r} is not one of {', '.join(LAYER_CHOICES)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise ValueError(f"--dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if gguf_type is not None and gguf_type not in GGUF_OUT_TYPES:
+        raise ValueError(f"--gguf-type {gguf_type!r} is not one of {', '.join(GGUF_OUT_TYPES)}")
     check_exportable(position, formats)
+    check_out(source, out, force=force)
     src = read_source(source)
     model_type = src.hf_config.get("model_type")
     if model_type not in FAMILIES:
@@ -490,6 +875,7 @@ def export_model(source: str | Path, position: str, options: dict[str, Any], out
     l0 = int(src.hf_config["max_position_embeddings"])
     main = GLOBAL if GLOBAL in blocks else None  # the block whose layers always take the scheme
     base = float(blocks[main]["rope_theta"])
+    check_options(options, l0=l0)
     if "original_max_len" in positions.option_names(position) and "original_max_len" not in options:
         options = {**options, "original_max_len": l0}  # the checkpoint's L0, not the scheme's generic default
     # the scheme itself checks the options (a typo or a bad value fails here, before anything is written)
@@ -508,16 +894,42 @@ def export_model(source: str | Path, position: str, options: dict[str, Any], out
                          "SmolLM pre-tokenizer, SentencePiece BPE as HF writes Gemma's and Llama 2's, or a GGUF "
                          "source's own vocabulary); export with --format hf"
                          + (f". {src.no_gguf_tokenizer}" if src.no_gguf_tokenizer else ""))
-    config = exported_config(src, spelled, main)
+    weights = DTYPES[dtype] if dtype is not None else source_dtype(src)
+    narrow = ([weights] if "hf" in formats else []) + (
+        [torch.float16] if "gguf" in formats and gguf_type in ("q8_0", "f16") else [])
+    check_weights(src, tuple(narrow))
+    config = exported_config(src, spelled, main, weights)
     out = Path(out)
+    check_out(source, out, force=force)  # again: the folder may have changed while the source was read
     result: dict[str, Any] = {"rope_parameters": config["rope_parameters"], "gguf_rope": spelled[main].gguf,
-                              "max_position_embeddings": spelled[main].max_position_embeddings, "layers": choice}
+                              "max_position_embeddings": spelled[main].max_position_embeddings, "layers": choice,
+                              "transformers4": transformers4_note(spelled) if "hf" in formats else None}
+    written: list[Path] = []
     if "hf" in formats:
-        result["hf"] = [str(p) for p in write_hf(out, src, config)]
+        written += write_hf(out, src, config, weights)
+        result["hf"] = [str(p) for p in written]
+        result["dtype"] = str(weights).removeprefix("torch.")
     if "gguf" in formats:
         out.mkdir(parents=True, exist_ok=True)
-        result["gguf"] = str(write_gguf(out / "model.gguf", src, config, spelled[main], arch=arch))
+        path = write_gguf(out / "model.gguf", src, config, spelled[main], arch=arch, gguf_type=gguf_type)
+        written.append(path)
+        result["gguf"] = str(path)
+        result["gguf_types"] = gguf_tensor_types(path)
+    if force:  # one export per folder: an earlier export's files this one did not write go
+        for name in EXPORT_FILES:
+            if (out / name) not in written and ((out / name).is_file() or (out / name).is_symlink()):
+                (out / name).unlink()
+    result["sizes"] = {str(p): p.stat().st_size for p in written}
     return result
+
+
+def gguf_tensor_types(path: str | Path) -> dict[str, int]:
+    """{GGML type: how many tensors} of a GGUF file, most common first."""
+    from collections import Counter
+
+    from posenc.formats.gguf import open_gguf
+
+    return dict(Counter(t.tensor_type.name for t in open_gguf(path).tensors).most_common())
 
 
 def _rope_blocks(src: Source, source: str | Path) -> dict[str | None, dict[str, Any]]:
@@ -559,5 +971,6 @@ def check_gemma3_gguf(config: dict[str, Any], blocks: dict[str | None, dict[str,
                          f"{DEFAULT_LOCAL_BASE:g}); a GGUF would not compute it. Use --format hf")
 
 
-__all__ = ["FAMILIES", "FORMATS", "GGUF_TYPES", "HF_TYPES", "REFUSED", "check_exportable", "check_gemma3_gguf",
-           "export_model", "refusal", "spelling"]
+__all__ = ["DTYPES", "EXPORT_FILES", "FAMILIES", "FORMATS", "GGUF_OUT_TYPES", "GGUF_TYPES", "HF_TYPES", "REFUSED",
+           "check_exportable", "check_gemma3_gguf", "check_options", "check_out", "check_weights", "export_model",
+           "gguf_tensor_types", "hf_tokenizer_files", "refusal", "source_dtype", "spelling"]

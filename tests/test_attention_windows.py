@@ -15,7 +15,7 @@ import torch
 
 from posenc import attention as attention_module
 from posenc.attention import KVCache, MultiHeadAttention
-from posenc.models.llama import LlamaConfig, build_llama
+from posenc.models.decoder import DecoderConfig, build_decoder
 from posenc.plan import LayerSpec, QueryScale, Window
 from posenc.positions import build
 
@@ -145,9 +145,9 @@ def test_a_plan_mixing_nope_two_rope_bases_alibi_and_windows_caches_exactly(gen)
         LayerSpec(position="alibi"),
         LayerSpec(position="rope", position_options={"base": 10_000.0}, window=Window("sliding", 4)),
     ]
-    cfg = LlamaConfig(vocab_size=50, dim=32, num_layers=5, num_heads=4, num_kv_heads=2, ffn_dim=48,
+    cfg = DecoderConfig(vocab_size=50, dim=32, num_layers=5, num_heads=4, num_kv_heads=2, ffn_dim=48,
                       position="none", layer_plan=plan)
-    model = build_llama(cfg).eval()
+    model = build_decoder(cfg).eval()
     assert model.describe()["schemes_built"] == 4  # layers 0 and 4 share one RoPE
     assert model.layers[0].attn.position is model.layers[4].attn.position
     ids = torch.randint(0, 50, (2, 26), generator=gen)
@@ -166,14 +166,14 @@ def test_a_plan_mixing_nope_two_rope_bases_alibi_and_windows_caches_exactly(gen)
 
 def test_plan_reads_back_from_json_and_refuses_additive_layers():
     plan = [LayerSpec(position="rope", window=Window("sliding", 8)).to_dict(), {"position": "none"}]
-    cfg = LlamaConfig(vocab_size=10, dim=16, num_layers=2, num_heads=2, ffn_dim=16, layer_plan=plan)
-    again = LlamaConfig.from_dict(cfg.to_dict())
+    cfg = DecoderConfig(vocab_size=10, dim=16, num_layers=2, num_heads=2, ffn_dim=16, layer_plan=plan)
+    again = DecoderConfig.from_dict(cfg.to_dict())
     assert again == cfg and again.plan[0].window == Window("sliding", 8)
     with pytest.raises(ValueError, match="additive"):
-        LlamaConfig(vocab_size=10, dim=16, num_layers=2, num_heads=2, ffn_dim=16,
+        DecoderConfig(vocab_size=10, dim=16, num_layers=2, num_heads=2, ffn_dim=16,
                     layer_plan=[{"position": "sinusoidal"}, {"position": "none"}])
     with pytest.raises(ValueError, match="layer_plan has 1 specs for 2 layers"):
-        LlamaConfig(vocab_size=10, dim=16, num_layers=2, num_heads=2, ffn_dim=16, layer_plan=[{"position": "none"}])
+        DecoderConfig(vocab_size=10, dim=16, num_layers=2, num_heads=2, ffn_dim=16, layer_plan=[{"position": "none"}])
     with pytest.raises(ValueError, match=r"layer_plan\[1\].*unknown layer spec field"):
-        LlamaConfig(vocab_size=10, dim=16, num_layers=2, num_heads=2, ffn_dim=16,
+        DecoderConfig(vocab_size=10, dim=16, num_layers=2, num_heads=2, ffn_dim=16,
                     layer_plan=[{"position": "none"}, {"position": "none", "windw": 3}])

@@ -265,21 +265,21 @@ def test_inductor_cached_decoding_matches_eager(gen):
 
 # -- Llama-family models ---------------------------------------------------------------------------------
 def small_llama(name: str = "rope"):
-    llama = pytest.importorskip("posenc.models.llama")
-    cfg = llama.LlamaConfig(vocab_size=VOCAB, dim=32, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=64,
+    llama = pytest.importorskip("posenc.models.decoder")
+    cfg = llama.DecoderConfig(vocab_size=VOCAB, dim=32, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=64,
                             position=name)
-    return llama.build_llama(cfg).eval()
+    return llama.build_decoder(cfg).eval()
 
 
 @pytest.mark.parametrize("name", ["rope", "rope-llama3", "rope-yarn", pytest.param("alibi", marks=pytest.mark.slow)])
 def test_llama_compiles_to_one_graph(name, gen):
-    """Grouped-query LlamaLM: fullgraph forward and backward, compiled == eager."""
+    """Grouped-query Decoder: fullgraph forward and backward, compiled == eager."""
     model = small_llama(name)
     assert_compiled_matches_eager(model, (torch.randint(0, VOCAB, (2, 8), generator=gen),), "eager")
 
 
 def test_llama_cached_decoding_does_not_recompile_per_token(gen):
-    """LlamaLM.generate calls hidden(): compiled, the graph count does not grow with the number of tokens."""
+    """Decoder.generate calls hidden(): compiled, the graph count does not grow with the number of tokens."""
     model = small_llama()
     prompt = torch.randint(0, VOCAB, (2, 5), generator=gen)
     want = model.generate(prompt, 12)

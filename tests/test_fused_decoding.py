@@ -10,7 +10,7 @@ from torch import nn
 
 from posenc import kernels
 from posenc.models import fused
-from posenc.models.llama import LlamaConfig, build_llama
+from posenc.models.decoder import DecoderConfig, build_decoder
 from posenc.models.quant import QuantLinear, quantise_groups
 from posenc.pretrained.as_stored import _install
 
@@ -26,9 +26,9 @@ pytestmark = pytest.mark.skipif(module is None, reason=f"posenc's kernel is not 
 
 def quantised_llama(gen: torch.Generator, *, bits: int, pairing: str, bias: bool, **overrides):
     """A random posenc Llama (random norms too) whose every projection is on posenc's kernel at ``bits``."""
-    config = LlamaConfig(vocab_size=96, dim=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=96,
+    config = DecoderConfig(vocab_size=96, dim=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=96,
                          qkv_bias=bias, position_options={"pairing": pairing, "base": 500.0}, **overrides)
-    model = build_llama(config).eval()
+    model = build_decoder(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(torch.rand(p.shape, generator=gen) + 0.5 if name.endswith("norm.weight")

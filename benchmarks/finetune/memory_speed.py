@@ -24,11 +24,11 @@ def one(length: int, steps: int, autocast: str, ckpt: bool, threads: int) -> dic
     from posenc.finetune.data import ByteTokenizer
     from posenc.finetune.model import Start
     from posenc.finetune.run import FinetuneConfig, finetune
-    from posenc.models.llama import LlamaConfig, build_llama
+    from posenc.models.decoder import DecoderConfig, build_decoder
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = build_llama(LlamaConfig(vocab_size=256, dim=256, num_layers=6, num_heads=4, ffn_dim=688,
+    model = build_decoder(DecoderConfig(vocab_size=256, dim=256, num_layers=6, num_heads=4, ffn_dim=688,
                                     max_position_embeddings=256, tie_embeddings=True,
                                     position_options={"pairing": "interleaved"}))
     tokens = torch.randint(0, 256, (20 * length,))

@@ -171,7 +171,7 @@ class Model:
 
         t = torch.tensor([ids])
         if self.framework == "posenc-compiled" and len(ids) == 1:
-            for layer in cache:  # one graph for every cache length (as LlamaLM.generate does)
+            for layer in cache:  # one graph for every cache length (as Decoder.generate does)
                 layer.mark_dynamic()
             return self._compiled(t, cache)
         if self.framework.startswith("posenc"):

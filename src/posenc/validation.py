@@ -54,7 +54,7 @@ POSITION_MAX = 2**63 - 1
 NORMAL_DRAW_MAX = math.sqrt(2 * 53 * math.log(2))
 #: Model sizes no real checkpoint reaches; past them a value is a typo or an attack, refused before any
 #: allocation. One set for every reader: an HF config.json (``posenc.families.hf_config``), a GGUF file's
-#: metadata (``posenc.formats.gguf_header``) and the model configs (``LlamaConfig``, ``Seq2SeqConfig``).
+#: metadata (``posenc.formats.gguf_header``) and the model configs (``DecoderConfig``, ``Seq2SeqConfig``).
 MAX_LAYERS = 4096
 MAX_WIDTH = 1 << 20  # hidden, head and feed-forward widths
 MAX_HEADS = 1 << 14

@@ -80,7 +80,7 @@ def one_thread():
 def test_compile_suite_times_eager_and_compiled_contenders(one_thread):
     """The compile suite at tiny size (dynamo's eager backend: no C++ build): every contender timed, goals recorded.
 
-    Two pairs: posenc RoPE vs torch.nn.Transformer, and posenc LlamaLM vs HF LlamaForCausalLM on the same weights
+    Two pairs: posenc RoPE vs torch.nn.Transformer, and posenc Decoder vs HF LlamaForCausalLM on the same weights
     (their logits checked equal by the bench before timing), each eager and compiled, training and decoding.
     """
     result = run(["compile"], size="tiny", allocators=["default"])
@@ -122,7 +122,7 @@ TINY_LLAMA = {"vocab": 50, "dim": 16, "heads": 2, "layers": 1, "ffn": 32, "lengt
 
 
 def test_llama_pair_shares_weights_and_refuses_different_logits():
-    """posenc's loader fills LlamaLM from the HF model; a perturbed weight is a MismatchError, not a timing."""
+    """posenc's loader fills Decoder from the HF model; a perturbed weight is a MismatchError, not a timing."""
     pytest.importorskip("transformers")
     from posenc.bench.compiled import check_llama_pair, llama_pair
     from posenc.bench.suites import MismatchError

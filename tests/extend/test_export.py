@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM  # 
 
 from posenc.cli import main  # noqa: E402
 from posenc.extend.export import export_model  # noqa: E402
-from posenc.models.llama import build_llama  # noqa: E402
+from posenc.models.decoder import build_decoder  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 
 L0 = 32
@@ -55,7 +55,7 @@ def variant_logits(folder, position, options, ids):
     pm = load_pretrained(folder, pairing="half")
     opts = {**options, **({"original_max_len": L0} if position in ("rope-yarn", "rope-llama3") else {})}
     cfg = dataclasses.replace(pm.config, position=position, position_options={**pm.config.position_options, **opts})
-    model = build_llama(cfg).eval()
+    model = build_decoder(cfg).eval()
     model.load_state_dict(pm.model.state_dict())
     with torch.no_grad():
         return model(ids)

@@ -22,7 +22,7 @@ from gguf_helpers import spm_fields, tiny_hf, write_gguf  # noqa: E402
 from posenc.cli import main  # noqa: E402
 from posenc.extend.export import export_model  # noqa: E402
 from posenc.extend.methods import ROPE_KEYS, selected_layers  # noqa: E402
-from posenc.models.llama import build_llama  # noqa: E402
+from posenc.models.decoder import build_decoder  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 
 L0 = 32
@@ -53,7 +53,7 @@ def variant_logits(source, position, options, ids, layers=None):
     for i in selected_layers(pm.config, layers):
         kept = {k: v for k, v in plan[i]["position_options"].items() if k in ROPE_KEYS}
         plan[i] = {**plan[i], "position": position, "position_options": {**kept, **opts}}
-    model = build_llama(dataclasses.replace(pm.config, layer_plan=plan, sliding_window=None)).eval()
+    model = build_decoder(dataclasses.replace(pm.config, layer_plan=plan, sliding_window=None)).eval()
     model.load_state_dict(pm.model.state_dict())
     with torch.no_grad():
         return model(ids)

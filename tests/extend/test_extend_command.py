@@ -15,7 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 from posenc.cli import build_parser, main  # noqa: E402
 from posenc.commands.extend import grid_config  # noqa: E402
 from posenc.extend.methods import METHODS, build_variant, needs_length, scheme_name  # noqa: E402
-from posenc.models.llama import build_llama  # noqa: E402
+from posenc.models.decoder import build_decoder  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 from posenc.pretrained.tokenizer import load_tokenizer  # noqa: E402
 
@@ -43,7 +43,7 @@ def folder(tmp_path, seed):
 @pytest.mark.parametrize("method", [m for m in METHODS if m != "rope"])
 def test_llama_variant_is_checkpoint_plus_scheme(folder, method):
     pm = load_pretrained(folder)
-    variant = build_variant(pm.model, method, factor=2.0, original_max_len=96, builder=build_llama,
+    variant = build_variant(pm.model, method, factor=2.0, original_max_len=96, builder=build_decoder,
                             length=192 if needs_length(method) else None)
     assert type(variant) is type(pm.model) and variant.config.position == scheme_name(method)
     assert {k for k, v in vars(pm.config).items() if getattr(variant.config, k) != v} == {"position",

@@ -133,12 +133,12 @@ def test_fixed_dynamic_ntk_needs_the_length_and_takes_it_per_pass(tiny_model, ge
 
 
 def _gemma_like(**changes):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     sliding = {"position": "rope", "position_options": {"base": 10000.0}, "window": {"kind": "sliding", "size": 16}}
     full = {"position": "rope", "position_options": {"base": 1e6}}
     plan = [sliding, sliding, full, {"position": "none"}, sliding, full]
-    return LlamaConfig(vocab_size=50, dim=32, num_heads=4, num_kv_heads=2, ffn_dim=48, num_layers=6,
+    return DecoderConfig(vocab_size=50, dim=32, num_heads=4, num_kv_heads=2, ffn_dim=48, num_layers=6,
                        layer_plan=plan, **changes)
 
 
@@ -166,9 +166,9 @@ def test_layers_all_global_rotary_and_the_family_default():
 
 def test_global_layers_variant_runs_and_caches(seed):
     from posenc.extend.methods import build_variant
-    from posenc.models.llama import build_llama
+    from posenc.models.decoder import build_decoder
 
-    model = build_llama(_gemma_like(family="gemma3")).double().eval()
+    model = build_decoder(_gemma_like(family="gemma3")).double().eval()
     variant = build_variant(model, "dca", factor=None, original_max_len=24).double()
     ids = torch.randint(0, 50, (1, 60))
     with torch.no_grad():

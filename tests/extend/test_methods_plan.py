@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from posenc.extend.methods import build_variant, variant_config
-from posenc.models.llama import LlamaConfig, build_llama
+from posenc.models.decoder import DecoderConfig, build_decoder
 from posenc.plan import LayerSpec, Window
 
 SLIDING = LayerSpec(position="rope", position_options={"base": 1e4, "pairing": "half"}, window=Window("sliding", 4))
@@ -17,9 +17,9 @@ NOPE = LayerSpec(position="none")
 
 
 def plan_model(plan, family: str = "gemma3") -> torch.nn.Module:
-    cfg = LlamaConfig(vocab_size=50, dim=32, num_layers=len(plan), num_heads=2, ffn_dim=48, position="none",
+    cfg = DecoderConfig(vocab_size=50, dim=32, num_layers=len(plan), num_heads=2, ffn_dim=48, position="none",
                       layer_plan=[s.to_dict() for s in plan], max_position_embeddings=16, family=family)
-    return build_llama(cfg).eval()
+    return build_decoder(cfg).eval()
 
 
 def test_global_layers_only_by_default(seed) -> None:

@@ -18,17 +18,17 @@ from posenc.extend.forward import final_hidden
 from posenc.extend.methods import build_variant
 from posenc.extend.passkey import PrefixCaches, greedy_continuation
 from posenc.extend.retrieval import build_prompt, make_trial
-from posenc.models.llama import LlamaConfig, build_llama
+from posenc.models.decoder import DecoderConfig, build_decoder
 from posenc.plan import LayerSpec, Window
 
 L0 = 64
 
 
 def _llama(plan=None) -> torch.nn.Module:
-    cfg = LlamaConfig(vocab_size=257, dim=32, num_layers=3, num_heads=4, num_kv_heads=2, ffn_dim=48,
+    cfg = DecoderConfig(vocab_size=257, dim=32, num_layers=3, num_heads=4, num_kv_heads=2, ffn_dim=48,
                       position="rope", max_position_embeddings=L0,
                       layer_plan=[s.to_dict() for s in plan] if plan else None)
-    return build_llama(cfg).eval()
+    return build_decoder(cfg).eval()
 
 
 def _models(kind: str, tiny_model) -> torch.nn.Module:

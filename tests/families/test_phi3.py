@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers", minversion="5.24",
 from hf_compare import compare, randomise, tolerance  # noqa: E402
 
 from posenc.families.phi3 import fixed_longrope  # noqa: E402
-from posenc.models.llama import build_llama  # noqa: E402
+from posenc.models.decoder import build_decoder  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 
 VOCAB = 131
@@ -66,7 +66,7 @@ def posenc_runs(model, ids, prompt):
 
 
 def with_mode(pm, max_seq_len):
-    model = build_llama(fixed_longrope(pm.config, max_seq_len))
+    model = build_decoder(fixed_longrope(pm.config, max_seq_len))
     model.load_state_dict(pm.model.state_dict())
     return model.eval()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc.models.llama import LlamaConfig, build_llama
+from posenc.models.decoder import DecoderConfig, build_decoder
 
 WORDS = ("the of and to in is was that for on with as by at from his her they were be this which an or had "
          "not are but have one all their there been has who will more no if out so up said what its about into "
@@ -24,14 +24,14 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def tiny_config(l0: int = 16, **kw) -> LlamaConfig:
-    return LlamaConfig(vocab_size=256, dim=32, num_layers=2, num_heads=4, ffn_dim=64, max_position_embeddings=l0,
+def tiny_config(l0: int = 16, **kw) -> DecoderConfig:
+    return DecoderConfig(vocab_size=256, dim=32, num_layers=2, num_heads=4, ffn_dim=64, max_position_embeddings=l0,
                        position_options={"pairing": "interleaved"}, **kw)
 
 
 def tiny_model(seed: int, l0: int = 16, **kw) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return build_llama(tiny_config(l0, **kw)).eval()
+    return build_decoder(tiny_config(l0, **kw)).eval()
 
 
 def text(seed: int, words: int = 3000) -> str:

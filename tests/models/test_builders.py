@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from posenc.models import (
-    DecoderOnlyLM, EncoderDecoder, LlamaConfig, ModelConfig, build_decoder_only, build_encoder_decoder, build_llama,
+    DecoderOnlyLM, EncoderDecoder, DecoderConfig, ModelConfig, build_decoder_only, build_encoder_decoder, build_decoder,
 )
 from posenc.models.builders import decoder_layer, output_head, position_scheme, token_embedding
 from posenc.models.parts import InputEmbedding, layer_norm
@@ -41,11 +41,11 @@ def test_tie_check_lives_in_the_builder():
 
 
 def test_llama_builder_uses_the_same_tie_check():
-    llama = LlamaConfig(vocab_size=29, dim=16, num_heads=4, num_layers=1, ffn_dim=32, position="naive")
+    llama = DecoderConfig(vocab_size=29, dim=16, num_heads=4, num_layers=1, ffn_dim=32, position="naive")
     with pytest.raises(ValueError, match="cannot tie the output head.*'naive'.*tie_embeddings=False"):
-        build_llama(replace(llama, tie_embeddings=True))
-    assert not build_llama(llama).head.tied
-    tied = build_llama(replace(llama, position="rope", tie_embeddings=True))
+        build_decoder(replace(llama, tie_embeddings=True))
+    assert not build_decoder(llama).head.tied
+    tied = build_decoder(replace(llama, position="rope", tie_embeddings=True))
     assert tied.head.tied and tied(torch.zeros(1, 3, dtype=torch.long)).shape == (1, 3, 29)
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posenc.attention import MultiHeadAttention
-from posenc.models.llama import LlamaConfig, build_llama
+from posenc.models.decoder import DecoderConfig, build_decoder
 from posenc.plan import FULL, Window
 from posenc.positions import build, remap
 from posenc.positions.rotary import apply_rotary_reference
@@ -188,9 +188,9 @@ def test_cached_decoding_equals_the_full_pass(name, window, seed):
     """A KV cache holds raw keys with their true positions; every step re-rotates them per piece."""
     options = CASES[name][0]
     spec = {"position": name, "position_options": options, **({"window": window.to_dict()} if window else {})}
-    cfg = LlamaConfig(vocab_size=40, dim=32, num_heads=4, num_kv_heads=2, ffn_dim=48, num_layers=2,
+    cfg = DecoderConfig(vocab_size=40, dim=32, num_heads=4, num_kv_heads=2, ffn_dim=48, num_layers=2,
                       position=name, position_options=options, layer_plan=[spec, {"position": "rope"}])
-    model = build_llama(cfg).double().eval()
+    model = build_decoder(cfg).double().eval()
     ids = torch.randint(0, 40, (2, 37))
     with torch.no_grad():
         full = model(ids)

@@ -1,4 +1,4 @@
-"""posenc's LlamaLM loaded from HF folders against HF ``transformers`` running the same weights.
+"""posenc's Decoder loaded from HF folders against HF ``transformers`` running the same weights.
 
 Every test builds a tiny model with fresh random weights through HF's own
 classes, saves it with ``save_pretrained`` (safetensors), loads the folder with
@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers", minversion="5.0",
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from posenc.formats.safetensors import CheckpointError  # noqa: E402
-from posenc.models.llama import build_llama  # noqa: E402
+from posenc.models.decoder import build_decoder  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 
 VOCAB = 97
@@ -153,12 +153,12 @@ def test_rope_scaling_types_equal_hf(rope_type, seed, gen, tmp_path):
 
 
 def test_another_rope_scaling_is_a_config_replace(seed, tmp_path):
-    """CONTRACTS: a model with other RoPE settings = build_llama(replace(cfg, ...)) + the same state dict."""
+    """CONTRACTS: a model with other RoPE settings = build_decoder(replace(cfg, ...)) + the same state dict."""
     hf = hf_model("llama")
     pm = load_pretrained(save(hf, tmp_path))
     cfg = dataclasses.replace(pm.config, position="rope-linear",
                               position_options={**pm.config.position_options, "factor": 1.0})
-    other = build_llama(cfg).eval()
+    other = build_decoder(cfg).eval()
     other.load_state_dict(pm.model.state_dict())
     ids = torch.randint(0, VOCAB, (1, 10))
     with torch.no_grad():
@@ -314,7 +314,7 @@ def test_missing_folder_and_config(tmp_path):
 
 def test_rms_norm_matches_formula(gen):
     """RMSNorm against the float64 formula x / sqrt(mean(x²) + eps) · g."""
-    from posenc.models.llama import RMSNorm
+    from posenc.models.decoder import RMSNorm
 
     norm = RMSNorm(16, eps=1e-5)
     with torch.no_grad():
@@ -333,5 +333,5 @@ def test_config_is_json_round_trippable(seed, tmp_path):
     cfg = load_pretrained(save(hf, tmp_path)).config
     again = type(cfg).from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert again == cfg and again.position == "rope-llama3" and again.position_options["base"] == 500000.0
-    with pytest.raises(ValueError, match="unknown LlamaConfig field"):
+    with pytest.raises(ValueError, match="unknown DecoderConfig field"):
         type(cfg).from_dict({**cfg.to_dict(), "hidden_size": 3})

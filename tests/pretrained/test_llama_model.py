@@ -1,11 +1,11 @@
-"""LlamaLM with every registered position scheme: builds, and cached decoding equals the full forward."""
+"""Decoder with every registered position scheme: builds, and cached decoding equals the full forward."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from posenc.models.llama import LlamaConfig, build_llama, next_token
+from posenc.models.decoder import DecoderConfig, build_decoder, next_token
 from posenc.positions import names
 
 
@@ -16,9 +16,9 @@ GQA_OPTIONS = {"fope": {"separate_heads": False}}
 
 @pytest.mark.parametrize("position", names())
 def test_every_scheme_runs_in_a_gqa_llama_and_caches(position, seed):
-    cfg = LlamaConfig(vocab_size=50, dim=32, num_heads=4, num_kv_heads=2, ffn_dim=64, position=position,
+    cfg = DecoderConfig(vocab_size=50, dim=32, num_heads=4, num_kv_heads=2, ffn_dim=64, position=position,
                       position_options=GQA_OPTIONS.get(position, {}), max_position_embeddings=64)
-    model = build_llama(cfg).eval()
+    model = build_decoder(cfg).eval()
     ids = torch.randint(0, 50, (2, 9))
     with torch.no_grad():
         full = model(ids)
@@ -48,9 +48,9 @@ def test_top_p_keeps_the_smallest_set_reaching_p(gen):
 
 def test_bad_configs_are_named():
     with pytest.raises(ValueError, match="multiple of num_kv_heads=3"):
-        LlamaConfig(vocab_size=10, dim=32, num_heads=4, num_kv_heads=3)
+        DecoderConfig(vocab_size=10, dim=32, num_heads=4, num_kv_heads=3)
     with pytest.raises(ValueError, match="ffn_dim must be a positive integer"):
-        LlamaConfig(vocab_size=10, ffn_dim=0)
+        DecoderConfig(vocab_size=10, ffn_dim=0)
     with pytest.raises(ValueError, match="temperature must be >= 0"):
-        build_llama(LlamaConfig(vocab_size=10, dim=8, num_heads=2, ffn_dim=8)).generate(
+        build_decoder(DecoderConfig(vocab_size=10, dim=8, num_heads=2, ffn_dim=8)).generate(
             torch.tensor([[1]]), 2, temperature=-1)

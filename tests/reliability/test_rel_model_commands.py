@@ -86,7 +86,7 @@ def test_output_paths_are_refused_before_the_model_loads(model: Path, text: Path
 
 # -- 6. sampling and number edges -------------------------------------------------------------------------------
 def test_a_top_p_below_float32_range_keeps_the_most_likely_token() -> None:
-    from posenc.models.llama import next_token
+    from posenc.models.decoder import next_token
 
     logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, -1.0, 0.5]])
     picked = next_token(logits, temperature=1.0, top_p=1e-300, generator=torch.Generator().manual_seed(0))
@@ -94,7 +94,7 @@ def test_a_top_p_below_float32_range_keeps_the_most_likely_token() -> None:
 
 
 def test_a_tiny_temperature_samples_the_argmax_and_one_below_float32_range_is_refused() -> None:
-    from posenc.models.llama import check_sampling, next_token
+    from posenc.models.decoder import check_sampling, next_token
 
     logits = torch.tensor([[0.0, 3.0, 2.999]])
     assert next_token(logits, temperature=1e-30, generator=torch.Generator().manual_seed(0)).tolist() == [1]

@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from posenc.checkpoint import load_weights, read_state, save_checkpoint
-from posenc.models.llama import LlamaConfig, build_llama
+from posenc.models.decoder import DecoderConfig, build_decoder
 
 
 def main(src: Path, dest: Path) -> None:
     meta = read_state(src / "checkpoints")
-    model = build_llama(LlamaConfig.from_dict(meta["model_config"]))
+    model = build_decoder(DecoderConfig.from_dict(meta["model_config"]))
     load_weights(src / "checkpoints", model)
     if dest.exists():
         shutil.rmtree(dest)

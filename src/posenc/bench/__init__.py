@@ -8,7 +8,7 @@ kernel and its memory), ``attention`` (SDPA vs naive softmax: time, peak
 memory), ``train`` (posenc's EncoderDecoder vs torch.nn.Transformer: tokens/s,
 peak memory), ``lab`` (the lab's measures at scale, when the lab is installed),
 ``compile`` (eager vs torch.compile, training and decoding tokens/s, compile
-time apart: posenc RoPE/ALiBi/T5 vs torch.nn.Transformer, and posenc LlamaLM
+time apart: posenc RoPE/ALiBi/T5 vs torch.nn.Transformer, and posenc Decoder
 vs HF LlamaForCausalLM on the same weights).
 
 Every peer is checked against posenc before it is timed; see

@@ -6,8 +6,8 @@ Contenders (each eager and compiled), in two pairs:
   ``torch.nn.Transformer`` wrapped as the same seq2seq model
   (``posenc.bench.peers.TorchTransformerSeq2Seq``);
 * **Llama** — HF ``transformers`` ``LlamaForCausalLM`` built from a small
-  random-weight ``LlamaConfig`` (SDPA attention, grouped-query with half as many
-  key/value heads, untied head, norm gains randomised), and posenc's ``LlamaLM``
+  random-weight ``DecoderConfig`` (SDPA attention, grouped-query with half as many
+  key/value heads, untied head, norm gains randomised), and posenc's ``Decoder``
   loaded from that model's state dict and config by posenc's own checkpoint
   loader (``posenc.pretrained.hf.llama_config_from_hf`` and ``load_llama_weights``:
   q/k rows permuted to the interleaved pairing, as ``load_pretrained`` does).
@@ -105,7 +105,7 @@ HF_CACHE_ARGUMENT = "cache"
 
 
 def llama_pair(spec: dict[str, Any]) -> tuple[nn.Module, nn.Module] | str:
-    """(posenc LlamaLM, HF LlamaForCausalLM) with the same random weights, or why the pair is skipped.
+    """(posenc Decoder, HF LlamaForCausalLM) with the same random weights, or why the pair is skipped.
 
     The HF model is built from a ``transformers.LlamaConfig`` of the spec's sizes
     (seeded), its norm gains randomised (HF initialises them to one, which would
@@ -120,8 +120,8 @@ def llama_pair(spec: dict[str, Any]) -> tuple[nn.Module, nn.Module] | str:
         import transformers
     except ImportError as err:
         return (f"HF transformers is not installed ({err}); it is a test dependency: "
-                "pip install 'posenc[test]' to time posenc LlamaLM against LlamaForCausalLM")
-    from posenc.models.llama import build_llama
+                "pip install 'posenc[test]' to time posenc Decoder against LlamaForCausalLM")
+    from posenc.models.decoder import build_decoder
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
 
     heads = spec["heads"]
@@ -136,7 +136,7 @@ def llama_pair(spec: dict[str, Any]) -> tuple[nn.Module, nn.Module] | str:
         for name, p in hf.named_parameters():
             if name.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
-    model = build_llama(llama_config_from_hf(hf.config.to_dict()), device="meta")
+    model = build_decoder(llama_config_from_hf(hf.config.to_dict()), device="meta")
     # cloned: the loader keeps a float32 tensor as given, and the two models must not share storage
     load_llama_weights(model, ((k, v.detach().clone()) for k, v in hf.state_dict().items()),
                        source=f"{LLAMA_PEER} (random weights)")
@@ -158,10 +158,10 @@ def check_llama_pair(model: nn.Module, hf: nn.Module, ids: Tensor) -> float:
             want = hf(input_ids=ids, use_cache=False).logits  # (B, T, V)
             got = model(ids)
         try:
-            return check_same("posenc LlamaLM logits", got, want, atol=1e-5 * max(1.0, float(want.abs().max())),
+            return check_same("posenc Decoder logits", got, want, atol=1e-5 * max(1.0, float(want.abs().max())),
                               rtol=1e-4)
         except MismatchError as err:
-            raise MismatchError(f"{err} — posenc LlamaLM and {LLAMA_PEER} were loaded with the same weights but "
+            raise MismatchError(f"{err} — posenc Decoder and {LLAMA_PEER} were loaded with the same weights but "
                                 "compute different logits; the timings would compare different models") from None
     finally:
         model.train(was[0]), hf.train(was[1])

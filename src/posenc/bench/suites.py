@@ -293,7 +293,7 @@ def train_cases(size: str) -> list[Case]:
 # -- eager vs torch.compile ---------------------------------------------------------------------------------
 def compile_cases(size: str) -> list[Case]:
     """Eager vs compiled, training and decoding tokens/s, in two pairs: posenc (RoPE, ALiBi, T5)
-    vs torch.nn.Transformer, and posenc LlamaLM vs HF LlamaForCausalLM on the same weights.
+    vs torch.nn.Transformer, and posenc Decoder vs HF LlamaForCausalLM on the same weights.
 
     One fresh process times every contender of both pairs interleaved
     (``posenc.bench.compiled``); compile time (a compiled contender's first

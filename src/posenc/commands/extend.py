@@ -248,7 +248,7 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
         return 0
     path = Path(args.model)
     try:
-        from posenc.models.llama import build_llama
+        from posenc.models.decoder import build_decoder
         from posenc.pretrained import load_pretrained
     except ImportError as err:
         raise ValueError(f"this posenc build cannot load pretrained checkpoints ({err})") from None
@@ -270,7 +270,7 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
         f"writing to {out or 'nowhere (--out -)'}")
     store = CellStore(out)
     model_id = _model_id(path, args.dtype or "float32", args.weights)
-    grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=model_id, builder=build_llama,
+    grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=model_id, builder=build_decoder,
                 progress=not args.quiet, log=log)
     cells = grid.run()
     meta["wall_seconds_this_invocation"] = round(time.perf_counter() - began, 1)

@@ -88,7 +88,7 @@ def load_model(args: argparse.Namespace, *, command: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from posenc.models.llama import check_sampling
+    from posenc.models.decoder import check_sampling
 
     from posenc.validation import check_output
 

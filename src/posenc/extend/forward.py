@@ -1,6 +1,6 @@
 """Final hidden states of a causal LM, and a spy that says which SDPA path attention took.
 
-Real models (``posenc.models.llama.LlamaLM``) expose ``hidden(ids, cache=...)``
+Real models (``posenc.models.decoder.Decoder``) expose ``hidden(ids, cache=...)``
 → (B, T, D) after the final norm and a separate ``head``; measuring from the
 hidden states lets the loss be computed a chunk of positions at a time, so no
 (T, V) logits tensor is ever held (16k × 49k floats would be 3 GB).

@@ -286,9 +286,9 @@ def variant_config(config: Any, method: str, *, factor: float | None, original_m
 def default_builder(model: nn.Module) -> Callable[[Any], nn.Module]:
     """The posenc builder that makes models of ``model``'s kind from a config."""
     from posenc.models import DecoderOnlyLM, build_decoder_only
-    from posenc.models.llama import LlamaLM, build_llama
+    from posenc.models.decoder import Decoder, build_decoder
 
-    for kind, builder in ((LlamaLM, build_llama), (DecoderOnlyLM, build_decoder_only)):
+    for kind, builder in ((Decoder, build_decoder), (DecoderOnlyLM, build_decoder_only)):
         if isinstance(model, kind):
             return builder
     raise ValueError(f"no posenc builder known for {type(model).__name__}; pass builder=config → model")
@@ -300,8 +300,8 @@ def build_variant(model: nn.Module, method: str, *, factor: float | None, origin
     """A new model: ``model``'s config with ``method``'s scheme, loaded with ``model``'s exact weights.
 
     Args:
-        model: the checkpoint (a ``LlamaLM`` or any posenc model with a ``config`` dataclass).
-        builder: config → model; default ``default_builder(model)`` (``build_llama``, ``build_decoder_only``).
+        model: the checkpoint (a ``Decoder`` or any posenc model with a ``config`` dataclass).
+        builder: config → model; default ``default_builder(model)`` (``build_decoder``, ``build_decoder_only``).
         layers: which layers change (``selected_layers``); None: what the family does.
         length: the whole sequence's length, for ``rope-dynamic-ntk-fixed`` (``set_sequence_length`` changes it).
         searched: ``rope-longrope`` options from a LongRoPE search (needed for that method only).

@@ -1,16 +1,16 @@
 """Model families: one file each — an HF-config reader, the layer plan it implies, and its weight names.
 
-A family turns an HF ``config.json`` into a ``LlamaConfig`` (the decoder's plain
+A family turns an HF ``config.json`` into a ``DecoderConfig`` (the decoder's plain
 data: sizes, parts by name, and the layer plan) and says where each HF tensor
-goes in posenc's model; ``posenc.models.llama.build_llama`` builds every family
+goes in posenc's model; ``posenc.models.decoder.build_decoder`` builds every family
 from parts, and ``posenc.pretrained`` loads the weights. Nothing else knows a
 family. Encoders and encoder–decoders (BERT, T5, Marian, Whisper) read into their
 own configs and name their builder (``posenc.families.stacks.StackFamily``).
 Adding one is one file with ``FAMILY = Family(...)``, listed in
 ``_MODULES`` below, and its comparison test against HF's own modeling code
 (``tests/families``); docs/architecture.md walks through it. A family whose
-decoder has parts ``LlamaLM`` lacks reads into a ``LlamaConfig`` subclass with a
-``build_model`` method, which ``build_llama`` calls (Gemma 4:
+decoder has parts ``Decoder`` lacks reads into a ``DecoderConfig`` subclass with a
+``build_model`` method, which ``build_decoder`` calls (Gemma 4:
 ``posenc.models.gemma4``); fused checkpoint tensors are split, and tensors whose
 layout follows another's pairing permuted, by the family's ``split``.
 
@@ -63,7 +63,7 @@ class Family:
     Attributes:
         name: the family's name ("gemma3").
         model_types: the ``model_type`` values of config.json it reads.
-        config_from_hf: (HFConfig, pairing) → ``LlamaConfig``; raises ValueError naming
+        config_from_hf: (HFConfig, pairing) → ``DecoderConfig``; raises ValueError naming
             what it refuses.
         top_names: HF tensor name → posenc name, outside the blocks.
         block_names: HF name after ``<prefix>.layers.N.`` → posenc name inside block N.
@@ -119,7 +119,7 @@ _BY_TYPE: dict[str, Family] = {}
 
 
 def decoder_sizes(c: HFConfig) -> dict[str, Any]:
-    """The ``LlamaConfig`` sizes every decoder family states under the same HF keys, typed and bounded."""
+    """The ``DecoderConfig`` sizes every decoder family states under the same HF keys, typed and bounded."""
     from posenc.families.hf_config import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX_WIDTH
 
     dim, heads = c.int("hidden_size", maximum=MAX_WIDTH), c.int("num_attention_heads", maximum=MAX_HEADS)
@@ -173,7 +173,7 @@ def family_for(hf: Any, *, source: str = "config.json") -> Family:
 
 
 def family_named(name: str) -> Family:
-    """The family called ``name`` (a ``LlamaConfig.family``)."""
+    """The family called ``name`` (a ``DecoderConfig.family``)."""
     for family in _load().values():
         if family.name == name:
             return family
@@ -181,7 +181,7 @@ def family_named(name: str) -> Family:
 
 
 def config_from_hf(hf: Any, *, pairing: str = "interleaved", source: str = "config.json") -> Any:
-    """The ``LlamaConfig`` of an HF config.json dict of any supported family."""
+    """The ``DecoderConfig`` of an HF config.json dict of any supported family."""
     c = hf if isinstance(hf, HFConfig) else HFConfig(hf, source=source)
     return family_for(c).config_from_hf(c, pairing)
 

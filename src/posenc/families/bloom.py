@@ -41,7 +41,7 @@ BLOCK_NAMES = {
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     if c.bool("apply_residual_connection_post_layernorm", False):
         raise ValueError(f"{c.source}: apply_residual_connection_post_layernorm = true is not supported; posenc runs "
@@ -52,7 +52,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     heads = c.int("n_head", maximum=MAX_HEADS)
     if dim % heads:
         raise ValueError(f"{c.source}: hidden_size = {dim} is not divisible by n_head = {heads}")
-    return LlamaConfig(
+    return DecoderConfig(
         vocab_size=c.int("vocab_size", maximum=MAX_VOCAB), dim=dim, num_layers=c.int("n_layer", maximum=MAX_LAYERS),
         num_heads=heads, ffn_dim=4 * dim, norm_eps=c.float("layer_norm_epsilon", 1e-5, above=0),
         max_position_embeddings=c.int("seq_length", 2048, maximum=MAX_CONTEXT), position="alibi",

@@ -59,7 +59,7 @@ def cohere2_layer_types(c: HFConfig, num_layers: int, window: int | None) -> lis
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     act = c.str("hidden_act", "silu")
     if act != "silu":
@@ -77,7 +77,7 @@ def config_from_hf(c: HFConfig, pairing: str):
              FULL_ATTENTION: LayerSpec(position="none")}
     plan = [specs[t] for t in cohere2_layer_types(c, sizes["num_layers"], window)]
     bias = c.bool("attention_bias", False)
-    return LlamaConfig(
+    return DecoderConfig(
         **sizes, **plan_fields(plan), norm_eps=c.float("layer_norm_eps", 1e-5, above=0), family="cohere2",
         block="parallel", norm="layer", qkv_bias=bias, out_bias=bias,
         logit_scale=c.float("logit_scale", DEFAULT_LOGIT_SCALE, above=0),

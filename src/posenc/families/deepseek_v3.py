@@ -90,7 +90,7 @@ def mscale_softmax_scale(block: dict, qk_head_dim: int) -> float:
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     act = c.str("hidden_act", "silu")
     if act != "silu":
@@ -133,7 +133,7 @@ def config_from_hf(c: HFConfig, pairing: str):
            "n_group": c.int("n_group", 1, maximum=experts), "topk_group": c.int("topk_group", 1, maximum=experts),
            "norm_topk_prob": c.bool("norm_topk_prob", True),
            "routed_scaling_factor": c.float("routed_scaling_factor", 1.0, above=0)}
-    return LlamaConfig(
+    return DecoderConfig(
         vocab_size=c.int("vocab_size", maximum=MAX_VOCAB), dim=dim, num_layers=num_layers, num_heads=heads,
         head_dim=qk_head_dim, ffn_dim=c.int("intermediate_size", maximum=MAX_WIDTH), max_position_embeddings=max_pos,
         tie_embeddings=c.bool("tie_word_embeddings", False), norm_eps=c.float("rms_norm_eps", 1e-6, above=0),

@@ -68,7 +68,7 @@ def layer_ropes(c: HFConfig) -> dict[str, dict]:
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     act = c.str("hidden_activation", c.str("hidden_act", "gelu_pytorch_tanh"))
     if act not in ("gelu_pytorch_tanh", "gelu_tanh"):
@@ -88,7 +88,7 @@ def config_from_hf(c: HFConfig, pairing: str):
                                       window=window if layer_type == SLIDING else Window())
     plan = [specs[t].to_dict() for t in gemma3_layer_types(c, sizes["num_layers"])]
     softcap = c.float("final_logit_softcapping", None, above=0)
-    return LlamaConfig(
+    return DecoderConfig(
         **sizes, norm_eps=c.float("rms_norm_eps", 1e-6, above=0),
         position="none", layer_plan=plan, family="gemma3", block="sandwich", norm="rms-offset", ffn="geglu",
         qk_norm="rms-offset", attn_scale=c.float("query_pre_attn_scalar", head_dim, above=0) ** -0.5,

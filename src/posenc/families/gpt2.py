@@ -40,7 +40,7 @@ BLOCK_NAMES = {
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     for key in ("scale_attn_by_inverse_layer_idx", "add_cross_attention"):
         if c.bool(key, False):
@@ -50,7 +50,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     if dim % heads:
         raise ValueError(f"{c.source}: n_embd = {dim} is not divisible by n_head = {heads}")
     context = c.int("n_positions", maximum=MAX_CONTEXT)
-    return LlamaConfig(
+    return DecoderConfig(
         vocab_size=c.int("vocab_size", maximum=MAX_VOCAB), dim=dim, num_layers=c.int("n_layer", maximum=MAX_LAYERS),
         num_heads=heads, ffn_dim=c.int("n_inner", 4 * dim, maximum=MAX_WIDTH),
         norm_eps=c.float("layer_norm_epsilon", 1e-5, above=0), max_position_embeddings=context,

@@ -56,14 +56,14 @@ def neox_rope_block(c: HFConfig) -> dict:
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     sizes = decoder_sizes(c) | {"num_kv_heads": None, "head_dim": None}  # GPT-NeoX: D = H · Dh, no grouping
     head_dim = sizes["dim"] // sizes["num_heads"]
     name, options = rope_scheme(neox_rope_block(c), head_dim=head_dim, pairing=pairing, source=c.source,
                                 max_position_embeddings=sizes["max_position_embeddings"])
     bias = c.bool("attention_bias", True)
-    return LlamaConfig(
+    return DecoderConfig(
         **sizes, norm_eps=c.float("layer_norm_eps", 1e-5, above=0), position=name, position_options=options,
         qkv_bias=bias, out_bias=bias, ffn_bias=True, family="gpt_neox",
         block="parallel-two" if c.bool("use_parallel_residual", True) else "pre", norm="layernorm",

@@ -61,7 +61,7 @@ def gpt_oss_layer_types(c: HFConfig, num_layers: int) -> list[str]:
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     sizes = decoder_sizes(c)
     num_layers = sizes["num_layers"]
@@ -86,7 +86,7 @@ def config_from_hf(c: HFConfig, pairing: str):
            "layers": list(range(num_layers)), "expert": "clamped-swiglu", "bias": True, "router_bias": True,
            "alpha": c.float("swiglu_alpha", 1.702), "limit": c.float("swiglu_limit", 7.0, above=0)}
     bias = c.bool("attention_bias", True)
-    return LlamaConfig(
+    return DecoderConfig(
         **sizes, norm_eps=c.float("rms_norm_eps", 1e-5, above=0), position="none",
         layer_plan=[specs[t].to_dict() for t in types], family="gpt_oss", qkv_bias=bias, out_bias=bias,
         attn_sinks=True, moe=moe,

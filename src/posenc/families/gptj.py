@@ -35,7 +35,7 @@ BLOCK_NAMES = {
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     dim, heads = c.int("n_embd", maximum=MAX_WIDTH), c.int("n_head", maximum=MAX_HEADS)
     if dim % heads:
@@ -47,7 +47,7 @@ def config_from_hf(c: HFConfig, pairing: str):
                          f"{head_dim} (GPT-J-6B: 64)")
     context = c.int("n_positions", 2048, maximum=MAX_CONTEXT)
     options = {"base": GPTJ_BASE, "pairing": pairing} | ({"rotary_dim": rotary_dim} if rotary_dim != head_dim else {})
-    return LlamaConfig(
+    return DecoderConfig(
         vocab_size=c.int("vocab_size", maximum=MAX_VOCAB), dim=dim, num_layers=c.int("n_layer", maximum=MAX_LAYERS),
         num_heads=heads, ffn_dim=c.int("n_inner", 4 * dim, maximum=MAX_WIDTH),
         norm_eps=c.float("layer_norm_epsilon", 1e-5, above=0), max_position_embeddings=context,

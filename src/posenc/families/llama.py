@@ -45,7 +45,7 @@ def sliding_window(c: HFConfig) -> int | None:
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     model_type = c.str("model_type")
     act = c.str("hidden_act", "silu")
@@ -62,7 +62,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     else:
         window = sliding_window(c)
     bias = c.bool("attention_bias", False)
-    return LlamaConfig(
+    return DecoderConfig(
         **sizes, norm_eps=c.float("rms_norm_eps", 1e-6, above=0), position=name, position_options=options,
         qkv_bias=model_type == "qwen2" or bias, out_bias=model_type != "qwen2" and bias,
         ffn_bias=c.bool("mlp_bias", False), sliding_window=window, family="llama",

@@ -95,7 +95,7 @@ def moe_layers(c: HFConfig, num_layers: int) -> list[int]:
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     act = c.str("hidden_act", "silu")
     if act != "silu":
@@ -132,7 +132,7 @@ def config_from_hf(c: HFConfig, pairing: str):
            "top_k": c.int("num_experts_per_tok", 1, maximum=experts), "hidden": expert_hidden,
            "shared_hidden": expert_hidden, "layers": moe_layers(c, num_layers)}
     bias = c.bool("attention_bias", False)
-    return LlamaConfig(
+    return DecoderConfig(
         **sizes, norm_eps=c.float("rms_norm_eps", 1e-5, above=0), position="none", layer_plan=plan,
         family="llama4", qk_norm="rms-unit" if qk_norm else "none", qkv_bias=bias, out_bias=bias, moe=moe,
     )

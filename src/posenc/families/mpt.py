@@ -40,7 +40,7 @@ BLOCK_NAMES = {
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     attn = c.sub("attn_config", c.dict("attn_config", {}))
     if not attn.bool("alibi", True):
@@ -61,7 +61,7 @@ def config_from_hf(c: HFConfig, pairing: str):
         raise ValueError(f"{c.source}: d_model = {dim} is not divisible by n_heads = {heads}")
     max_bias = attn.float("alibi_bias_max", 8.0, above=0)
     clip = attn.float("clip_qkv", None, minimum=0)
-    return LlamaConfig(
+    return DecoderConfig(
         vocab_size=c.int("vocab_size", maximum=MAX_VOCAB), dim=dim, num_layers=c.int("n_layers", maximum=MAX_LAYERS),
         num_heads=heads, ffn_dim=4 * dim, norm_eps=c.float("layer_norm_epsilon", 1e-5, above=0),
         max_position_embeddings=c.int("max_seq_len", 2048, maximum=MAX_CONTEXT),

@@ -39,7 +39,7 @@ BLOCK_NAMES = {
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     dim, heads = c.int("hidden_size", maximum=MAX_WIDTH), c.int("num_attention_heads", maximum=MAX_HEADS)
     if dim % heads:
@@ -53,7 +53,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     context = c.int("max_position_embeddings", maximum=MAX_CONTEXT)
     before = c.bool("do_layer_norm_before", True)
     bias = c.bool("enable_bias", True)
-    return LlamaConfig(
+    return DecoderConfig(
         vocab_size=c.int("vocab_size", maximum=MAX_VOCAB), dim=dim,
         num_layers=c.int("num_hidden_layers", maximum=MAX_LAYERS), num_heads=heads,
         ffn_dim=c.int("ffn_dim", maximum=MAX_WIDTH), norm_eps=1e-5, max_position_embeddings=context,

@@ -101,7 +101,7 @@ def phi3_rope(c: HFConfig, *, head_dim: int, pairing: str) -> tuple[str, dict]:
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     act = c.str("hidden_act", "silu")
     if act != "silu":
@@ -110,7 +110,7 @@ def config_from_hf(c: HFConfig, pairing: str):
     sizes = decoder_sizes(c)
     head_dim = sizes["head_dim"] or sizes["dim"] // sizes["num_heads"]
     name, options = phi3_rope(c, head_dim=head_dim, pairing=pairing)
-    return LlamaConfig(**sizes, norm_eps=c.float("rms_norm_eps", 1e-5, above=0), position=name,
+    return DecoderConfig(**sizes, norm_eps=c.float("rms_norm_eps", 1e-5, above=0), position=name,
                        position_options=options, sliding_window=c.int("sliding_window", None), family="phi3")
 
 
@@ -136,7 +136,7 @@ def fixed_longrope(config: Any, max_seq_len: int | None) -> Any:
     """``config`` with every LongRoPE layer's ``max_seq_len`` set: None (per position, the default) or a length.
 
     See the module docstring for which HF behaviour each reproduces. Build it with
-    ``build_llama`` and load the same weights (``model.load_state_dict(old.state_dict())``).
+    ``build_decoder`` and load the same weights (``model.load_state_dict(old.state_dict())``).
     """
     def fix(position: str, options: dict[str, Any]) -> dict[str, Any]:
         return {**options, "max_seq_len": max_seq_len} if position == "rope-longrope" else dict(options)

@@ -73,7 +73,7 @@ def qwen3_layer_types(c: HFConfig, num_layers: int, window: int | None) -> list[
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     act = c.str("hidden_act", "silu")
     if act != "silu":
@@ -88,7 +88,7 @@ def config_from_hf(c: HFConfig, pairing: str):
              LayerSpec(position=name, position_options=options, window=Window("sliding", window))}
     plan = [specs[t] for t in qwen3_layer_types(c, sizes["num_layers"], window)]
     bias = c.bool("attention_bias", False)
-    return LlamaConfig(
+    return DecoderConfig(
         **sizes, **plan_fields(plan), norm_eps=c.float("rms_norm_eps", 1e-6, above=0), qk_norm="rms",
         qkv_bias=bias, out_bias=bias, family="qwen3",
     )

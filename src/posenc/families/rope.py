@@ -101,7 +101,7 @@ def rope_scheme(block: dict[str, Any], *, head_dim: int, max_position_embeddings
 
 
 def plan_fields(specs: Sequence[Any]) -> dict[str, Any]:
-    """``LlamaConfig`` fields for a list of ``LayerSpec``s, one per layer.
+    """``DecoderConfig`` fields for a list of ``LayerSpec``s, one per layer.
 
     Every layer alike (one scheme, one full or sliding window, nothing per layer): the plain
     fields ``position`` / ``position_options`` / ``sliding_window`` — what a Llama config states,

@@ -68,7 +68,7 @@ def smollm3_layer_types(c: HFConfig, rope: list[bool], window: int | None) -> li
 
 
 def config_from_hf(c: HFConfig, pairing: str):
-    from posenc.models.llama import LlamaConfig
+    from posenc.models.decoder import DecoderConfig
 
     act = c.str("hidden_act", "silu")
     if act != "silu":
@@ -84,7 +84,7 @@ def config_from_hf(c: HFConfig, pairing: str):
         plan.append(LayerSpec(position=name if r else "none", position_options=options if r else {},
                               window=Window("sliding", window) if t == SLIDING else FULL))
     bias = c.bool("attention_bias", False)
-    return LlamaConfig(
+    return DecoderConfig(
         **sizes, **plan_fields(plan), norm_eps=c.float("rms_norm_eps", 1e-6, above=0),
         qkv_bias=bias, out_bias=bias, ffn_bias=c.bool("mlp_bias", False), family="smollm3",
     )

@@ -39,7 +39,7 @@ class StackFamily(Family):
         stack: the HF module name of the block list under ``prefix`` ("h", "layers", "blocks").
         dropped: suffixes of stored non-weights (causal-mask buffers) to skip.
         strip: name prefixes removed first (a task model's base-model prefix: "bert." of ``BertForMaskedLM``).
-        builder: (config, device=...) → the model, for families that are not ``LlamaLM`` decoders
+        builder: (config, device=...) → the model, for families that are not ``Decoder`` decoders
             (encoders, encoder–decoders); ``posenc.pretrained`` then loads them with ``load_named``.
     """
 

@@ -2,7 +2,7 @@
 
 Stages, each resumable, all under one folder ``OUT``:
 
-1. ``pretrain`` — a small causal LM (``LlamaConfig``: pre-norm, RMSNorm,
+1. ``pretrain`` — a small causal LM (``DecoderConfig``: pre-norm, RMSNorm,
    SwiGLU, RoPE) trained from scratch at L₀ on ``bible-rest`` with the byte
    tokenizer (``OUT/pretrain``; its loss curve is in ``result.json``).
 2. ``search`` — LongRoPE's factors for every extension factor s
@@ -182,7 +182,7 @@ class Replication:
         from posenc.finetune.data import ByteTokenizer
         from posenc.finetune.model import Start
         from posenc.finetune.run import FinetuneConfig, finetune
-        from posenc.models.llama import LlamaConfig, build_llama
+        from posenc.models.decoder import DecoderConfig, build_decoder
 
         c, folder = self.cfg, self.out / "pretrain"
         if self._done(folder, c.pretrain_steps):
@@ -190,10 +190,10 @@ class Replication:
             return folder / "checkpoints"
         l0 = c.original_max_len
         torch.manual_seed(0)
-        model = build_llama(LlamaConfig(vocab_size=256, dim=c.dim, num_layers=c.layers, num_heads=c.heads,
+        model = build_decoder(DecoderConfig(vocab_size=256, dim=c.dim, num_layers=c.layers, num_heads=c.heads,
                                         ffn_dim=c.ffn_dim, max_position_embeddings=l0, tie_embeddings=True,
                                         position="rope", position_options={"pairing": "interleaved"}))
-        start = Start(model, ByteTokenizer(), l0, f"fresh LlamaLM (seed 0) {c.dim}x{c.layers}", "fresh")
+        start = Start(model, ByteTokenizer(), l0, f"fresh Decoder (seed 0) {c.dim}x{c.layers}", "fresh")
         ft = FinetuneConfig(method="rope", factor=None, original_max_len=l0, length=l0, batch_size=c.pretrain_batch,
                             steps=c.pretrain_steps, lr=c.pretrain_lr, min_lr=c.pretrain_lr / 10,
                             warmup_steps=c.pretrain_warmup, weight_decay=0.1, betas=(0.9, 0.95), seed=0,

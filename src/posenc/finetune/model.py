@@ -1,7 +1,7 @@
 """The model a fine-tuning run starts from, the method's variant of it, and the memory savers.
 
 * ``load_start(spec)`` — a posenc run directory (``posenc finetune pretrain``
-  or any posenc checkpoint of a ``LlamaLM``; its tokenizer is named in the
+  or any posenc checkpoint of a ``Decoder``; its tokenizer is named in the
   checkpoint's state) or a real checkpoint (HF folder or ``.gguf``) through
   ``posenc.pretrained.load_pretrained``.
 * ``method_model(model, method, …)`` — the model ``posenc extend`` measures for
@@ -57,14 +57,14 @@ def is_run_dir(path: Path) -> bool:
 
 
 def load_start(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu") -> Start:
-    """The checkpoint ``spec`` as a posenc ``LlamaLM`` (weights as saved) with its tokenizer.
+    """The checkpoint ``spec`` as a posenc ``Decoder`` (weights as saved) with its tokenizer.
 
     Raises:
         FileNotFoundError: nothing at ``spec``.
         ValueError: a posenc checkpoint of another model class, one that names no tokenizer, or a checkpoint
             that is not a causal LM (an encoder: ``posenc.pretrained.require_causal_lm``).
     """
-    from posenc.models.llama import LlamaConfig, build_llama
+    from posenc.models.decoder import DecoderConfig, build_decoder
 
     path = Path(spec)
     if not path.exists():
@@ -74,11 +74,11 @@ def load_start(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: 
         from posenc.checkpoint import load_weights, read_state
 
         meta = read_state(path)
-        if meta.get("model_class") != "LlamaLM" or not isinstance(meta.get("model_config"), dict):
+        if meta.get("model_class") != "Decoder" or not isinstance(meta.get("model_config"), dict):
             raise ValueError(f"{path}: a posenc checkpoint of {meta.get('model_class')!r}; fine-tuning starts from a "
-                             "LlamaLM (posenc finetune pretrain writes one)")
-        config = LlamaConfig.from_dict(meta["model_config"])
-        model = build_llama(config)
+                             "Decoder (posenc finetune pretrain writes one)")
+        config = DecoderConfig.from_dict(meta["model_config"])
+        model = build_decoder(config)
         tuned = meta.get("state", {}).get("finetune") or {}
         if tuned.get("lora_rank"):  # a LoRA fine-tuning run: load the adapters, then fold them in
             from posenc.models.lora import apply_lora, merge_lora

@@ -30,7 +30,7 @@ ROTARY_POSITIONS = 1024
 
 
 def layer_plan(cfg: dict[str, Any]) -> Any:
-    """The ``LlamaConfig`` of a config with a per-layer plan that a posenc family reads, else None."""
+    """The ``DecoderConfig`` of a config with a per-layer plan that a posenc family reads, else None."""
     if not isinstance(cfg.get("model_type"), str):
         return None
     try:

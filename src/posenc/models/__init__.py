@@ -8,7 +8,8 @@ module              holds
 ``builders``        config → parts → model (tying and width checks live here, once)
 ``encoder_decoder`` ``EncoderDecoder``, run from parts
 ``decoder_only``    ``DecoderOnlyLM``, run from parts (``hidden`` + ``head``)
-``llama``           Llama-family parts and ``build_llama`` (RMSNorm, SwiGLU, GQA)
+``decoder``         ``DecoderConfig`` / ``Decoder`` / ``build_decoder``: the decoder every pretrained
+                    family runs in (``llama``: its former names, deprecated)
 ``seq2seq``         ``Seq2SeqConfig`` and ``build_seq2seq``: T5, Marian, Whisper as ``EncoderDecoder``
 ==================  ================================================================
 
@@ -23,7 +24,7 @@ from posenc.models.builders import build_decoder_only, build_encoder_decoder
 from posenc.models.config import ModelConfig
 from posenc.models.decoder_only import DecoderOnlyLM
 from posenc.models.encoder_decoder import EncoderDecoder
-from posenc.models.llama import LlamaConfig, LlamaLM, RMSNorm, SwiGLU, build_llama
+from posenc.models.decoder import DecoderConfig, Decoder, RMSNorm, SwiGLU, build_decoder
 from posenc.models.parts import (
     AudioFrontEnd,
     DecoderLayer,
@@ -45,8 +46,8 @@ __all__ = [
     "FeedForward",
     "InputEmbedding",
     "LayerCache",
-    "LlamaConfig",
-    "LlamaLM",
+    "DecoderConfig",
+    "Decoder",
     "ModelConfig",
     "RMSNorm",
     "Residual",
@@ -54,7 +55,16 @@ __all__ = [
     "SwiGLU",
     "build_decoder_only",
     "build_encoder_decoder",
-    "build_llama",
+    "build_decoder",
     "build_seq2seq",
     "layer_norm",
 ]
+
+
+def __getattr__(name: str):
+    """The decoder's former names (``LlamaConfig``, ``LlamaLM``, ``build_llama``): deprecated, one release."""
+    from posenc.models import llama
+
+    if name in llama.RENAMED:
+        return getattr(llama, name)
+    raise AttributeError(f"module 'posenc.models' has no attribute {name!r}")

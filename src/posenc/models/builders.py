@@ -7,7 +7,7 @@ position scheme is told about the model (width, heads, longest sequence,
 causal or not). The model classes only run the parts they receive.
 
 A new architecture is a new builder choosing other parts (see
-``posenc.models.llama``: RMSNorm, SwiGLU, grouped-query attention), not flags
+``posenc.models.decoder``: RMSNorm, SwiGLU, grouped-query attention), not flags
 on these.
 """
 

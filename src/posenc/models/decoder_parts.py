@@ -1,7 +1,7 @@
 """The parts decoder families are assembled from: norms, gated feed-forwards, and three block layouts.
 
 Each family picks its parts by name (``NORMS``, ``FFNS``, ``BLOCKS``) in its
-config; the builder (``posenc.models.llama.build_llama``) looks the names up
+config; the builder (``posenc.models.decoder.build_decoder``) looks the names up
 here and nothing else asks which family it holds.
 
 =================  ==============================================================  ==========================

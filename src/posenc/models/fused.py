@@ -9,7 +9,7 @@ Gemma's sandwich block (a norm after each branch too, ``1 + g`` gains, QK-norm, 
 runs the same way.
 
 The kernel (``posenc.kernels``) takes tensors only; this module is the glue that reads them off the modules,
-so it lives with the models: ``LlamaLM.hidden`` offers each block of a decoding step to :func:`block_step`
+so it lives with the models: ``Decoder.hidden`` offers each block of a decoding step to :func:`block_step`
 first, and runs the block's modules where it returns None.
 
 It applies only where it computes what the modules compute: inference (no gradients, not compiling, eval

@@ -29,7 +29,7 @@ a router choosing k of E gated experts per token).
 Norms are ``rms-float`` (HF ``Gemma4RMSNorm``: the gain multiplied in float32,
 not zero-centred); the softmax scale is 1 (the QK-norm gains carry it).
 
-``Gemma4Config`` is a ``LlamaConfig`` with these fields; ``build_llama`` hands
+``Gemma4Config`` is a ``DecoderConfig`` with these fields; ``build_decoder`` hands
 it to ``build_gemma4`` (its ``build_model``), so loading, ``generate``,
 ``describe`` and ``posenc inspect`` treat it as any decoder. The HF reader is
 ``posenc.families.gemma4``.
@@ -58,7 +58,7 @@ from posenc.checks import compiling
 from posenc.embedding import OutputHead, TokenEmbedding
 from posenc.models.builders import output_head_for
 from posenc.models.decoder_parts import FFNS, NORMS, GatedFFN, UnitRMSNorm
-from posenc.models.llama import LlamaConfig, LlamaLM
+from posenc.models.decoder import DecoderConfig, Decoder
 from posenc.plan import LayerSpec
 from posenc.positions import PositionScheme, build
 from posenc.positions.rotary import positions_fixed
@@ -68,8 +68,8 @@ STORE, REUSE = "store", "reuse"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Gemma4Config(LlamaConfig):
-    """A ``LlamaConfig`` with Gemma 4's parts (module docstring); plain data.
+class Gemma4Config(DecoderConfig):
+    """A ``DecoderConfig`` with Gemma 4's parts (module docstring); plain data.
 
     Args:
         layer_head_dims: each layer's head width; None: ``head_dim`` everywhere.
@@ -161,7 +161,7 @@ class Gemma4Config(LlamaConfig):
         return list(zip(roles, kinds))
 
     def build_model(self, *, device: str | torch.device | None = None) -> "Gemma4LM":
-        """``build_llama`` calls this: the Gemma 4 decoder."""
+        """``build_decoder`` calls this: the Gemma 4 decoder."""
         return build_gemma4(self, device=device)
 
 
@@ -338,8 +338,8 @@ class Gemma4Block(nn.Module):
         return x if self.layer_scalar is None else x * self.layer_scalar.to(x.dtype)
 
 
-class Gemma4LM(LlamaLM):
-    """``LlamaLM`` with per-layer inputs and KV sharing threaded through the layers."""
+class Gemma4LM(Decoder):
+    """``Decoder`` with per-layer inputs and KV sharing threaded through the layers."""
 
     def __init__(self, *, ple: PerLayerEmbedding | None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -57,7 +57,7 @@ PAIRINGS = ("half", "interleaved")
 
 @dataclass(frozen=True, kw_only=True)
 class MLASpec:
-    """MLA's sizes (``LlamaConfig.mla`` holds it as a dict).
+    """MLA's sizes (``DecoderConfig.mla`` holds it as a dict).
 
     Args:
         q_lora_rank: width of the query's low-rank bottleneck; None: one full query projection.

@@ -48,7 +48,7 @@ EXPERTS: tuple[str, ...] = ("swiglu", "clamped-swiglu")
 
 @dataclass(frozen=True, kw_only=True)
 class MoESpec:
-    """The plain data of a model's MoE layers (``LlamaConfig.moe`` holds it as a dict).
+    """The plain data of a model's MoE layers (``DecoderConfig.moe`` holds it as a dict).
 
     Args:
         router: a name of ``ROUTERS``.

@@ -466,7 +466,7 @@ class QuantLinear(nn.Module):
 
 
 class QuantHead(QuantLinear):
-    """The output head as a QuantLinear (``LlamaLM.logits`` calls it like ``OutputHead``); ``tied`` is informational.
+    """The output head as a QuantLinear (``Decoder.logits`` calls it like ``OutputHead``); ``tied`` is informational.
 
     ``weight`` is a meta tensor of the head's shape and activation dtype (the values are in the blocks).
     """

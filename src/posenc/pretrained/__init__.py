@@ -6,8 +6,8 @@
     out = pm.model.generate(ids, 8)
     print(pm.tokenizer.decode(out[0].tolist()))
 
-``pm.model`` is a ``posenc.models.llama.LlamaLM``, ``pm.config`` its
-``LlamaConfig`` (position scheme + options built from the checkpoint's RoPE
+``pm.model`` is a ``posenc.models.decoder.Decoder``, ``pm.config`` its
+``DecoderConfig`` (position scheme + options built from the checkpoint's RoPE
 settings), ``pm.tokenizer`` the model's own tokenizer. A BERT folder gives a
 ``posenc.models.encoder.Encoder`` (config ``EncoderConfig``), a T5, Marian or
 Whisper folder a ``posenc.models.EncoderDecoder`` (config ``Seq2SeqConfig``)::
@@ -26,7 +26,7 @@ import torch
 
 from posenc.models.encoder import Encoder, EncoderConfig
 from posenc.models.encoder_decoder import EncoderDecoder
-from posenc.models.llama import LlamaConfig, LlamaLM
+from posenc.models.decoder import DecoderConfig, Decoder
 from posenc.models.seq2seq import Seq2SeqConfig
 from posenc.pretrained.description import ModelDescription
 from posenc.pretrained.tokenizer import Tokenizer
@@ -41,8 +41,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class Pretrained:
     """A loaded checkpoint: the model, its config, its tokenizer (None if the checkpoint has none)."""
 
-    model: LlamaLM | Encoder | EncoderDecoder
-    config: LlamaConfig | EncoderConfig | Seq2SeqConfig
+    model: Decoder | Encoder | EncoderDecoder
+    config: DecoderConfig | EncoderConfig | Seq2SeqConfig
     tokenizer: Tokenizer | None
     source: str
     hf_config: dict[str, Any] = field(default_factory=dict)
@@ -157,7 +157,7 @@ def require_causal_lm(path: str | Path, *, command: str) -> None:
         family = family_for(hf, source=str(path / "config.json"))
     except ValueError:  # unreadable, or no family posenc knows: the loader says which
         return
-    if getattr(family, "builder", None) is None:  # a decoder family: built as a LlamaLM
+    if getattr(family, "builder", None) is None:  # a decoder family: built as a Decoder
         return
     try:
         encoder = isinstance(config_from_hf(hf, source=str(path / "config.json")), EncoderConfig)
@@ -174,7 +174,7 @@ def _load_gguf(path: Path, reading: Any, *, dtype: torch.dtype, device: str | to
                pairing: str) -> Pretrained:
     """A GGUF file dequantised: ``read_gguf`` gives HF-layout tensors for the description's config; the HF path does
     the rest."""
-    from posenc.models.llama import build_llama
+    from posenc.models.decoder import build_decoder
     from posenc.formats.gguf import read_gguf
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
 
@@ -183,7 +183,7 @@ def _load_gguf(path: Path, reading: Any, *, dtype: torch.dtype, device: str | to
     ckpt = read_gguf(path, keep_interleaved=pairing == "interleaved", dtype=dtype, config=dict(d.hf_config),
                      tokenizer=False)
     config = llama_config_from_hf(d.hf_config, pairing=pairing, source=str(path))
-    model = build_llama(config, device="meta")
+    model = build_decoder(config, device="meta")
     # the model takes over the tensors read_gguf cast to `dtype`: one copy of the weights in memory
     load_llama_weights(model, ckpt.tensors.items(), source=str(path), dtype=dtype, device=device,
                        source_pairing=ckpt.pairing)

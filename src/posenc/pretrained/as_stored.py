@@ -125,7 +125,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     from posenc.formats.gguf import (GROUP16_TYPES, GROUP_TYPES, config_of, index_tensors, load_tensor, open_mapped,
                                      raw_blocks, stored_pairing, type_name)
     from posenc.families import family_named
-    from posenc.models.llama import build_llama
+    from posenc.models.decoder import build_decoder
     from posenc import kernels
     from posenc.models.quant import QuantEmbedding, QuantHead, QuantLinear
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
@@ -140,7 +140,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     hf["tie_word_embeddings"] = "lm_head.weight" not in found
     cfg = llama_config_from_hf(hf, pairing=pairing, source=str(path))
     with _meta_init():
-        model = build_llama(cfg, device="meta")
+        model = build_decoder(cfg, device="meta")
     family = family_named(cfg.family)
     source_pairing = stored_pairing(hf, keep_interleaved=True)  # llama.cpp's q/k row order (llama: interleaved)
     stored: dict[str, str] = {}

@@ -20,7 +20,7 @@ are stored — are derived here and nowhere else:
 
 The description is never patched by a command: a command that needs a fact it
 lacks adds it here. ``model_config(pairing)`` rebuilds the family's model config
-(``LlamaConfig`` for decoders) from the description's HF-style config by the same
+(``DecoderConfig`` for decoders) from the description's HF-style config by the same
 family reader the loader uses, so the plan ``posenc rope`` prints is the plan the
 loaded model runs.
 """
@@ -107,7 +107,7 @@ class ModelDescription:
     supplied: tuple[str, ...] = ()
 
     def model_config(self, pairing: str = "interleaved") -> Any:
-        """The family's model config (``LlamaConfig`` for decoders) — the one the loader builds the model from.
+        """The family's model config (``DecoderConfig`` for decoders) — the one the loader builds the model from.
 
         Raises:
             ValueError: posenc does not run this model type, or the family's reader refuses the config.

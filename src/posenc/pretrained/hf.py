@@ -1,10 +1,10 @@
-"""HF-layout checkpoints of every family posenc runs → posenc's decoder (``LlamaLM``).
+"""HF-layout checkpoints of every family posenc runs → posenc's decoder (``Decoder``).
 
 Three steps, each usable alone:
 
 1. ``llama_config_from_hf(config.json dict)`` — the family's reader
    (``posenc.families``, by ``model_type``) turns the architecture, the RoPE
-   settings and the layer plan into a ``LlamaConfig``. Unsupported model
+   settings and the layer plan into a ``DecoderConfig``. Unsupported model
    types, activations, layouts and RoPE types are refused by name.
 2. ``load_llama_weights(model, names, read)`` — fill a model built on the
    ``meta`` device tensor by tensor: each checkpoint tensor is read, renamed by
@@ -35,15 +35,15 @@ from posenc.formats import CheckpointError, load_checkpoint
 from posenc.families.hf_config import HFConfig
 from posenc.formats.finite import check_finite
 from posenc.formats.safetensors import MAX_CONFIG_BYTES, read_json
-from posenc.models.llama import LlamaConfig, LlamaLM, build_llama
+from posenc.models.decoder import DecoderConfig, Decoder, build_decoder
 from posenc.positions import convert_qk_weight
 
 PAIRINGS = ("interleaved", "half")
 
 
 def llama_config_from_hf(hf: dict[str, Any], *, pairing: str = "interleaved",
-                         source: str = "config.json") -> LlamaConfig:
-    """A ``LlamaConfig`` from an HF ``config.json`` dict of any family posenc runs (``posenc.families``).
+                         source: str = "config.json") -> DecoderConfig:
+    """A ``DecoderConfig`` from an HF ``config.json`` dict of any family posenc runs (``posenc.families``).
 
     Args:
         pairing: the RoPE pairing the posenc model will use ("interleaved" = the
@@ -62,7 +62,7 @@ def llama_config_from_hf(hf: dict[str, Any], *, pairing: str = "interleaved",
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def _to_pairing(name: str, t: Tensor, model: LlamaLM, source_pairing: str) -> Tensor:
+def _to_pairing(name: str, t: Tensor, model: Decoder, source_pairing: str) -> Tensor:
     """q/k projection rows (weight or bias) from the checkpoint's pairing to the layer's.
 
     A layer without rotation (NoPE, a bias scheme) keeps the rows as stored; so does
@@ -87,10 +87,10 @@ def _to_pairing(name: str, t: Tensor, model: LlamaLM, source_pairing: str) -> Te
     return out if t.dim() == 2 else out[:, 0]
 
 
-def load_llama_weights(model: LlamaLM, tensors: Iterable[tuple[str, Tensor]], *, source: str,
+def load_llama_weights(model: Decoder, tensors: Iterable[tuple[str, Tensor]], *, source: str,
                        dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                       source_pairing: str | None = None) -> LlamaLM:
-    """Fill a model built with ``build_llama(config, device="meta")`` from HF-named tensors, one at a time.
+                       source_pairing: str | None = None) -> Decoder:
+    """Fill a model built with ``build_decoder(config, device="meta")`` from HF-named tensors, one at a time.
 
     Args:
         tensors: (HF name, tensor) pairs, best produced lazily (a generator reading one
@@ -143,7 +143,7 @@ def load_llama_weights(model: LlamaLM, tensors: Iterable[tuple[str, Tensor]], *,
 
 
 def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
-                   pairing: str = "interleaved", hf: dict[str, Any] | None = None) -> tuple[LlamaLM, dict[str, Any]]:
+                   pairing: str = "interleaved", hf: dict[str, Any] | None = None) -> tuple[Decoder, dict[str, Any]]:
     """(model, config.json dict) from an HF model folder; see the module docstring.
 
     ``hf``: config.json as already read (``posenc.pretrained.description``); None reads it here.
@@ -169,7 +169,7 @@ def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
         return load_stack_folder(folder, hf, dtype=dtype, device=device)
     config = llama_config_from_hf(hf, pairing=pairing, source=str(config_path))
     ckpt = load_checkpoint(folder)
-    model = build_llama(config, device="meta")
+    model = build_decoder(config, device="meta")
     tensors = ((name, ckpt.tensor(name)) for name in ckpt.names())  # read one at a time, as loaded
     load_llama_weights(model, tensors, source=str(folder), dtype=dtype, device=device)
     return model.eval(), hf

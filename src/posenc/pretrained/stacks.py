@@ -1,4 +1,4 @@
-"""Loading the families that are not ``LlamaLM`` decoders (BERT-style encoders, encoder–decoders).
+"""Loading the families that are not ``Decoder`` decoders (BERT-style encoders, encoder–decoders).
 
 Such a family (``posenc.families.stacks.StackFamily`` with a ``builder``) reads
 config.json into its own config, builds its model on the ``meta`` device and
@@ -88,7 +88,7 @@ def load_stack_folder(folder: Path, hf: dict[str, Any], *, dtype: torch.dtype = 
 
 
 def is_stack_family(hf: dict[str, Any]) -> bool:
-    """Whether config.json's model type is read by a family with its own builder (not a ``LlamaLM`` decoder)."""
+    """Whether config.json's model type is read by a family with its own builder (not a ``Decoder`` decoder)."""
     try:
         return getattr(family_for(hf), "builder", None) is not None
     except ValueError:

@@ -103,7 +103,7 @@ def not_rotary(config: dict[str, Any]) -> str | None:
                       "decoder": (model.decoder_position, model.decoder_position_options)}
         else:
             stacks = {"": (model.position, model.position_options)}
-        plan = getattr(model, "plan", ())  # a decoder's layer plan (LlamaConfig.plan); an encoder has one scheme
+        plan = getattr(model, "plan", ())  # a decoder's layer plan (DecoderConfig.plan); an encoder has one scheme
         names = {name for name, _ in stacks.values()} | {spec.position for spec in plan}
         if any(lookup(name).family == "rotary" for name in names):
             return None

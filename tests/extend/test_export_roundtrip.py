@@ -26,10 +26,7 @@ from gguf_helpers import smollm2_path, spm_fields, tiny_hf, tokenizer_fields, tr
 from posenc.cli import main  # noqa: E402
 from posenc.extend.export import export_model, gguf_tensor_types  # noqa: E402
 from posenc.formats.gguf import open_gguf, read_metadata  # noqa: E402
-try:  # the decoder's name since the models were renamed (posenc.models.llama: the former one)
-    from posenc.models.decoder import build_decoder  # noqa: E402
-except ImportError:  # pragma: no cover - a tree from before the rename
-    from posenc.models.llama import build_llama as build_decoder  # noqa: E402
+from posenc.models.decoder import build_decoder  # noqa: E402
 from posenc.pretrained import load_pretrained  # noqa: E402
 from posenc.pretrained.tokenizer import load_tokenizer  # noqa: E402
 

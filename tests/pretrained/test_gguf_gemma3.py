@@ -67,6 +67,27 @@ def test_config_and_plan(path, posenc_model) -> None:
     assert posenc_model.model.describe()["schemes_built"] == 2
 
 
+def test_rope_shows_the_loaded_plan_and_hf_reads_the_same(path, posenc_model) -> None:
+    """`posenc rope` on the real file: 15 sliding layers at 10⁴ (window 512) and 3 global at 10⁶ — the plan the
+    loaded model runs — and transformers' GGUF loader, reading the file itself, agrees layer by layer."""
+    from posenc.ropecheck.audit import audit, read_source
+
+    report = audit(read_source(path))
+    assert report["hf_checked"] and report["hf_reading"] == "transformers' GGUF loader"
+    assert not [f for f in report["findings"] if f["severity"] == "error"], report["findings"]
+    shown = {}
+    for e in report["layer_types"]:
+        for i in e["layer_indices"]:
+            shown[i] = (e["scheme"], e["options"], e["window"])
+    loaded = {i: (s.position, dict(s.position_options), s.window.to_dict())
+              for i, s in enumerate(posenc_model.config.plan)}
+    assert shown == {i: (n, {**o, "pairing": "half"}, w) for i, (n, o, w) in loaded.items()}
+    assert {e["layer_type"]: (e["layers"], e["options"]["base"]) for e in report["layer_types"]} == \
+        {"sliding_attention": (15, 1e4), "full_attention": (3, 1e6)}
+    for e in report["layer_types"]:  # HF's own layer type of every layer in the group is the group's
+        assert e["hf"]["hf_layer_types"] == [e["layer_type"]] and e["hf"]["same"]
+
+
 def test_tensors_equal_hf_loader(path, hf_model) -> None:
     from posenc.formats.gguf import read_gguf
 

@@ -11,8 +11,10 @@ import argparse
 import importlib
 import os
 import pkgutil
+import re
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import posenc.commands
 
@@ -55,15 +57,40 @@ class _Version(argparse.Action):
         parser.exit()
 
 
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose "invalid choice" also names the closest valid one (``posenc shemes``)."""
+
+    def error(self, message: str) -> NoReturn:
+        found = _INVALID_CHOICE.search(message)
+        if found:
+            from posenc.validation import did_you_mean
+
+            choices = re.findall(r"'([^']*)'", found["choices"])
+            hint = did_you_mean(found["value"], choices)
+            message = (f"{message[:found.start()]}invalid choice: {found['value']!r}{hint} "
+                       f"(choose from {found['choices']})")
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="posenc",
-        description="Token embeddings, position schemes, attention and Transformers — and a lab that measures them.",
+        description="Token embeddings, position schemes, attention and Transformers, and a lab that measures them.",
+        epilog="examples:\n"
+               "  posenc schemes                      # every position scheme, one line each\n"
+               "  posenc lab --only sinusoid-norm     # one measured claim, table and report\n"
+               "  posenc COMMAND --help               # what a command does, its options and examples\n"
+               "\n--debug may come before or after the command: posenc lab --debug",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_Version, nargs=0,
                         help="print posenc's and torch's versions and which optional parts are installed, then exit")
     parser.add_argument("--debug", action="store_true",
-                        help="show the full Python traceback of an error (default: one line and an exit code)")
+                        help="show the full Python traceback of an error (default: one line and an exit code); "
+                             "accepted anywhere on the command line")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(posenc.commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"posenc.commands.{info.name}")
@@ -116,21 +143,32 @@ def _model_names(args: argparse.Namespace) -> None:
             setattr(args, name, str(resolve(value, say=lambda line: print(line, file=sys.stderr, flush=True))))
 
 
+def split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``argv`` without its ``--debug`` flags (before or after the command; not after a ``--``), and whether
+    there was one: ``posenc lab --debug`` and ``posenc --debug lab`` both show tracebacks."""
+    argv = list(argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    kept = [a for a in argv[:end] if a != "--debug"] + argv[end:]
+    return kept, len(kept) < len(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``posenc`` command; return its exit code (usage errors 2, runtime failures 1).
 
     Errors print one line, ``posenc: error: …``, on stderr; ``--debug`` re-raises
     them with the traceback instead.
     """
+    argv, debug = split_debug(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
     except Exception as err:  # noqa: BLE001 - loading the commands failed: the environment (POSENC_*) is bad
-        if "--debug" in (sys.argv[1:] if argv is None else argv):
+        if debug:
             raise
         code, message = _failure(err)
         print(f"posenc: error: {message}", file=sys.stderr)
         return code
     args = parser.parse_args(argv)  # a usage error exits 2 here (argparse's SystemExit), --help 0
+    args.debug = debug
     try:
         _model_names(args)
         code = int(args.func(args) or 0)

@@ -26,7 +26,7 @@ import numbers
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -217,6 +217,25 @@ def parse_list(text: str | None, name: str, *, convert: Callable[[str], T] = str
         if repeated:
             raise ValueError(f"{name}={text!r} repeats {sorted(set(map(str, repeated)))}; give each value once")
     return out
+
+
+# -- unknown names ----------------------------------------------------------------------------------------
+def did_you_mean(name: object, choices: Iterable[str]) -> str:
+    """``" (did you mean 'rope'?)"`` for the choice closest to a mistyped ``name`` (difflib), or ``""``.
+
+    Appended to every "unknown NAME" message, before the valid list: ``rope-yarm`` → ``rope-yarn``.
+    Case is ignored; up to three close names are offered, the closest first.
+    """
+    import difflib
+
+    if not isinstance(name, str) or not name:
+        return ""
+    pool = list(dict.fromkeys(choices))
+    lowered = {c.lower(): c for c in pool}
+    close = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return " (did you mean " + " or ".join(repr(lowered[c]) for c in close) + "?)"
 
 
 # -- output paths -----------------------------------------------------------------------------------------
@@ -417,6 +436,7 @@ __all__ = [
     "check_model_config",
     "check_output",
     "check_table",
+    "did_you_mean",
     "F32_EPS",
     "F32_EXACT_INT",
     "F32_MAX",

@@ -31,12 +31,12 @@ def run(args: argparse.Namespace) -> int:
     from posenc.bench import SUITES, report
     from posenc.bench import run as run_bench
 
-    from posenc.validation import check_output, parse_list
+    from posenc.validation import check_output, did_you_mean, parse_list
 
     suites = parse_list(args.suites, "--suites")
     unknown = [s for s in suites if s not in SUITES]
     if unknown:
-        raise ValueError(f"unknown suite(s) {unknown}; valid: {', '.join(SUITES)}")
+        raise ValueError(f"unknown suite(s) {unknown}{did_you_mean(unknown[0], SUITES)}; valid: {', '.join(SUITES)}")
     allocators = parse_list(args.alloc, "--alloc")
     for flag in ("out", "json", "markdown"):  # before the timings, not after
         check_output(getattr(args, flag, None), f"--{flag}", kind="dir" if flag == "out" else "file")

@@ -30,11 +30,14 @@ DEFAULT_OUT = "runs/extend"
 QUICK_TOKENS = 512
 
 
-def _csv(kind: type, flag: str, *, above: float = 0):
-    """argparse type: a comma list of finite ``kind`` values > ``above``, none empty, none repeated."""
-    from posenc.validation import number, parse_list
+def _csv(kind: type, flag: str, *, above: float = 0, choices: tuple[str, ...] | None = None):
+    """argparse type: a comma list of finite ``kind`` values > ``above`` (or of ``choices``), none empty, none
+    repeated."""
+    from posenc.validation import did_you_mean, number, parse_list
 
     def convert(item: str) -> Any:
+        if choices is not None and item not in choices:
+            raise ValueError(f"unknown{did_you_mean(item, choices)}; valid: {', '.join(choices)}")
         value = kind(item)
         if kind is not str:
             number(value, "value", above=above, integer=kind is int)
@@ -70,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lengths", type=_csv(int, "--lengths", above=1), default=None,
                    help="retrieval prompt lengths in tokens (default L0/2, L0, 1.5·L0, 2·L0, and 4·L0 when a factor "
                         "is ≥ 4)")
-    p.add_argument("--tasks", type=_csv(str, "--tasks"), default=["passkey"],
+    p.add_argument("--tasks", type=_csv(str, "--tasks", choices=TASKS), default=["passkey"],
                    help=f"retrieval tasks, comma-separated: {', '.join(TASKS)} (default passkey)")
     p.add_argument("--layers", choices=LAYER_CHOICES, default=None,
                    help="which layers a method changes in a model with a layer plan: all, global (full-window "

@@ -121,12 +121,12 @@ def config_from_args(args: argparse.Namespace, base: Any, task: str) -> Any:
 
 def grid_from_args(args: argparse.Namespace) -> Any:
     from posenc import lengthgen as lg
-    from posenc.tasks import task_names
+    from posenc.tasks import task_class, task_names
 
     tasks = _csv(args.task, "--task")
     for t in tasks:
         if t not in task_names():
-            raise ValueError(f"unknown task {t!r}; valid tasks: {', '.join(task_names())}")
+            task_class(t)  # the registry's refusal: the valid tasks and the closest name
     schemes = args.position  # canonical names, aliases resolved, 'all' expanded (cli_options.position_names)
     from posenc.validation import parse_list, seed
 

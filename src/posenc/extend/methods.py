@@ -61,6 +61,7 @@ from typing import Any
 from torch import nn
 
 from posenc import positions
+from posenc.validation import did_you_mean
 
 PLAIN = "rope"
 FIXED_NTK = "rope-dynamic-ntk-fixed"
@@ -123,7 +124,8 @@ def check_methods(methods: Sequence[str], *, searched: bool = False) -> list[str
         if name in LEFT_OUT:
             raise ValueError(f"method {m!r} is not measured: {LEFT_OUT[name]}; valid methods: {', '.join(METHODS)}")
         if name not in METHODS:
-            raise ValueError(f"unknown method {m!r}; valid methods: {', '.join(METHODS)}")
+            hint = did_you_mean(m, [*METHODS, *([SEARCHED] if searched else [])])
+            raise ValueError(f"unknown method {m!r}{hint}; valid methods: {', '.join(METHODS)}")
         if name not in out:
             out.append(name)
     return out

@@ -49,6 +49,7 @@ from typing import Any
 
 from posenc.extend.passkey import FILLER, INTRO, PrefixCaches
 from posenc.extend.texts import bos_prefix, encode_plain
+from posenc.validation import did_you_mean
 
 TASKS = ("passkey", "multikey", "multivalue")
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -132,7 +133,8 @@ def make_trial(rng: random.Random, task: str, length: int, *, index: int, depths
     """Trial ``index`` of a task: the asked needle in depth stratum ``index % 5`` — a random depth in
     [s/5, (s+1)/5) with ``depths="strata"``, exactly ``DEPTHS[s]`` with ``"grid"`` — the rest at random depths."""
     if task not in TASKS:
-        raise ValueError(f"unknown retrieval task {task!r}; valid tasks: {', '.join(TASKS)}")
+        raise ValueError(f"unknown retrieval task {task!r}{did_you_mean(task, TASKS)}; "
+                         f"valid tasks: {', '.join(TASKS)}")
     if depths not in DEPTH_MODES:
         raise ValueError(f"unknown depth mode {depths!r}; valid: {', '.join(DEPTH_MODES)}")
     stratum = index % len(DEPTHS)

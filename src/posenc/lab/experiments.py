@@ -21,6 +21,7 @@ from posenc.lab import article000, article002, article003  # noqa: F401
 from posenc.lab.core import EXPERIMENTS, Finding, LabConfig
 from posenc.lab.measures import scheme_properties
 from posenc.positions import PositionScheme, build, lookup, names, option_names
+from posenc.validation import did_you_mean
 
 __all__ = ["EXPERIMENTS", "GLOBAL_RNG_LOCK", "Finding", "LabConfig", "experiment_ids", "lab_scheme", "property_table",
            "run_lab"]
@@ -41,7 +42,8 @@ def select(only: Sequence[str] | None) -> list[str]:
         return experiment_ids()
     unknown = [i for i in only if i not in EXPERIMENTS]
     if unknown:
-        raise ValueError(f"unknown experiment id(s) {unknown}; valid ids: {', '.join(EXPERIMENTS)}")
+        hints = "".join(did_you_mean(i, EXPERIMENTS) for i in unknown[:1])
+        raise ValueError(f"unknown experiment id(s) {unknown}{hints}; valid ids: {', '.join(EXPERIMENTS)}")
     return [i for i in EXPERIMENTS if i in set(only)]
 
 

@@ -73,6 +73,7 @@ from posenc.positions.rotary_scaling import (
 from posenc.positions.rotary_variants import RECENT_ROPES, MixedNTKRoPE, ProportionalRoPE
 from posenc.positions.temperature import TEMPERATURES, Llama4QueryScale, Llama4Temperature, ScalableSoftmax, SSMax
 from posenc.positions.xpos import XPos
+from posenc.validation import did_you_mean
 
 _REGISTRY: dict[str, type[PositionScheme]] = {}
 #: Other spellings accepted wherever a scheme is named: alias → registered name.
@@ -110,7 +111,9 @@ def canonical(name: str) -> str:
     real = _ALIASES.get(name, name)
     if real not in _REGISTRY:
         known = ", ".join(f"{a} (= {b})" for a, b in aliases().items())
-        raise ValueError(f"unknown position scheme {name!r}; valid names: {', '.join(names())}; aliases: {known}")
+        hint = did_you_mean(name, [*names(), *_ALIASES])
+        raise ValueError(f"unknown position scheme {name!r}{hint}; valid names: {', '.join(names())}; "
+                         f"aliases: {known}")
     return real
 
 

@@ -17,6 +17,7 @@ from posenc.tasks.base import BOS, EOS, PAD, SEP, SPECIALS, Example, Task, Vocab
 from posenc.tasks.framing import FRAMINGS, IGNORE, Batch, collate, correct, loss_sum, sequence_length
 from posenc.tasks.scan import Scan
 from posenc.tasks.symbolic import Addition, Copy, Reverse, Sort
+from posenc.validation import did_you_mean
 
 TASKS: dict[str, type[Task]] = {cls.name: cls for cls in (Copy, Reverse, Sort, Addition, Scan)}
 
@@ -35,7 +36,8 @@ def task_class(name: str) -> type[Task]:
     try:
         return TASKS[name]
     except KeyError:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASKS)}") from None
+        raise ValueError(f"unknown task {name!r}{did_you_mean(name, TASKS)}; "
+                         f"valid tasks: {', '.join(TASKS)}") from None
 
 
 def build_task(name: str, **options: Any) -> Task:

@@ -361,6 +361,114 @@ def dumps(obj: Any, **kwargs: Any) -> str:
     return json.dumps(json_safe(obj), allow_nan=False, **kwargs)
 
 
+#: The largest JSON file posenc reads from a results folder or an option (cells, states, settings): 256 MiB.
+JSON_MAX_BYTES = 256 << 20
+#: The deepest nesting of arrays and objects posenc reads (its own files nest a handful of levels).
+JSON_MAX_DEPTH = 256
+_JSON_STRING = None  # compiled on first use
+
+
+class UnreadableFile(ValueError):
+    """A file posenc was to read is not what it writes: not regular, too large, not UTF-8, not JSON, or not
+    the expected shape. ``path`` and ``reason`` say which and why; the message also says the fix."""
+
+    def __init__(self, path: Path, reason: str, fix: str = "") -> None:
+        self.path, self.reason, self.fix = path, reason, fix
+        super().__init__(f"{path}: {reason}" + (f"; {fix}" if fix else ""))
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of ``[``/``{`` in ``text`` outside strings (linear; no recursion)."""
+    import re
+
+    global _JSON_STRING
+    if _JSON_STRING is None:
+        _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+    brackets = re.sub(r"[^\[\]{}]+", "", _JSON_STRING.sub("", text))
+    depth = deepest = 0
+    for ch in brackets:
+        if ch in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest = depth
+        else:
+            depth -= 1
+    return deepest
+
+
+def read_text_file(path: str | os.PathLike[str], what: str = "file", *, fix: str = "",
+                   max_bytes: int = JSON_MAX_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``max_bytes``, else :class:`UnreadableFile` naming it.
+
+    A FIFO, device or directory is refused before it is opened (it would block or never end), a file over
+    the bound before it is read, and bytes that are not UTF-8 by their offset.
+
+    Raises:
+        FileNotFoundError: no such file.
+        UnreadableFile: (a ``ValueError``) anything else.
+    """
+    p = Path(path)
+    try:
+        regular_file(p, what)
+    except FileNotFoundError:
+        raise
+    except ValueError as err:  # "PATH is a FIFO (named pipe); posenc reads only regular files — …"
+        reason = str(err).removeprefix(str(p)).lstrip(": ").split(";")[0]
+        raise UnreadableFile(p, f"{reason}, not a regular file", fix) from None
+    try:
+        size = p.stat().st_size
+        if size > max_bytes:
+            raise UnreadableFile(p, f"{format_bytes(size)}, larger than the {format_bytes(max_bytes)} a {what} "
+                                    "may be", fix)
+        with open(p, "rb") as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as err:
+        raise UnreadableFile(p, f"cannot be read ({err.strerror or err})", fix) from None
+    if len(raw) > max_bytes:  # grew since the stat
+        raise UnreadableFile(p, f"larger than the {format_bytes(max_bytes)} a {what} may be", fix)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UnreadableFile(p, f"not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 1]!r})", fix) from None
+
+
+def read_json(path: str | os.PathLike[str], what: str = "JSON file", *, fix: str = "",
+              expect: type | tuple[type, ...] | None = dict, max_bytes: int = JSON_MAX_BYTES,
+              max_depth: int = JSON_MAX_DEPTH) -> Any:
+    """The one reader of every JSON file posenc keeps or is given (results-folder cells and states, search
+    state, ``--longrope`` and ``--setting`` files): a regular file (:func:`regular_file`) of at most
+    ``max_bytes``, UTF-8, JSON nested at most ``max_depth`` deep, whose top
+    level is an ``expect`` (a dict by default; None: anything).
+
+    Args:
+        path: the file.
+        what: what it is, in the message ("cell", "search state", "--longrope file").
+        fix: what to do about a bad one, appended to the message ("delete it to recompute the cell").
+
+    Raises:
+        FileNotFoundError: no such file.
+        UnreadableFile: (a ``ValueError``) naming the file, the reason and ``fix``.
+    """
+    p = Path(path)
+    text = read_text_file(p, what, fix=fix, max_bytes=max_bytes)
+    depth = _json_depth(text)
+    if depth > max_depth:
+        raise UnreadableFile(p, f"JSON nested {depth} deep, deeper than the {max_depth} a {what} may be", fix)
+    try:
+        data = json.loads(text)
+    except RecursionError:  # pragma: no cover - the depth bound comes first
+        raise UnreadableFile(p, "JSON nested too deep", fix) from None
+    except ValueError as err:
+        raise UnreadableFile(p, f"not a valid JSON {what} ({err})", fix) from None
+    if expect is not None and not isinstance(data, expect):
+        names = " or ".join(t.__name__ for t in (expect if isinstance(expect, tuple) else (expect,)))
+        kinds = {"dict": "an object", "list": "an array", "str": "a string", "int": "a number", "float": "a number"}
+        wanted = " or ".join(kinds.get(n, n) for n in names.split(" or "))
+        raise UnreadableFile(p, f"holds {kinds.get(type(data).__name__, type(data).__name__)} where a {what} is "
+                                f"{wanted}" if data is not None else f"holds null where a {what} is {wanted}", fix)
+    return data
+
+
 # -- model inputs and configs ------------------------------------------------------------------------------
 def check_model_config(cfg: Any) -> None:
     """Refuse a ModelConfig whose sizes are zero, negative, non-integer or non-finite.
@@ -437,6 +545,11 @@ __all__ = [
     "check_output",
     "check_table",
     "did_you_mean",
+    "JSON_MAX_BYTES",
+    "JSON_MAX_DEPTH",
+    "UnreadableFile",
+    "read_json",
+    "read_text_file",
     "F32_EPS",
     "F32_EXACT_INT",
     "F32_MAX",

@@ -243,9 +243,14 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
     if args.report_only:
         if out is None:
             raise ValueError("--report-only needs --out DIR holding the cells")
-        cells = CellStore(out).all()
+        store = CellStore(out)
+        cells = store.all()
+        for bad in store.unreadable.values():  # named, left out; a run recomputes them
+            print(f"extend: left out, not a cell: {bad}", file=sys.stderr)
         if not cells:
-            raise FileNotFoundError(f"no finished cells in {out / 'cells'}")
+            raise FileNotFoundError(f"no finished cells in {out / 'cells'}"
+                                    + (f" ({len(store.unreadable)} file(s) there are not cells)"
+                                       if store.unreadable else ""))
         paths = write_report(cells, out, {**meta, "note": "report rewritten from saved cells"})
         print(f"report of {len(cells)} cells: {paths['html']}")
         return 0
@@ -271,7 +276,7 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
     log(f"extend: {len(cfg.variants())} model variants × {len(cfg.documents)} text(s) at {cfg.loss_length} tokens; "
         f"passkey at {list(cfg.passkey_lengths)} × {cfg.passkey_trials} trials; L0 = {cfg.original_max_len}; "
         f"writing to {out or 'nowhere (--out -)'}")
-    store = CellStore(out)
+    store = CellStore(out, log=lambda msg: print(f"extend: {msg}", file=stream))  # even under --quiet
     model_id = _model_id(path, args.dtype or "float32", args.weights)
     grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=model_id, builder=build_decoder,
                 progress=not args.quiet, log=log)

@@ -1,0 +1,101 @@
+"""Hostile results folders: every file a results folder holds goes through one reader.
+
+``posenc.validation.read_json`` reads cells, run and search states, ``--longrope`` and ``--setting`` files:
+regular files only (a FIFO would block the read for ever), size- and depth-bounded (a 100,000-deep array
+must not raise RecursionError), UTF-8 checked, the file and the fix named. A garbage extend cell is
+recomputed by a normal run and named by ``--report-only``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from posenc.validation import UnreadableFile, read_json, read_text_file
+
+from conftest import assert_refused, posenc
+from model_files import hf_folder
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"[]", "holds an array where a cell is an object"),
+    (b"{", "not a valid JSON cell"),
+    (DEEP.encode(), "nested 100000 deep"),
+    (b'{"a": "\xff"}', "not UTF-8 text (byte 7"),
+    (b"null", "holds null"),
+])
+def test_the_reader_names_the_file_the_reason_and_the_fix(tmp_path, content, reason):
+    path = tmp_path / "x.json"
+    path.write_bytes(content)
+    with pytest.raises(UnreadableFile) as err:
+        read_json(path, "cell", fix="delete it")
+    assert str(err.value).startswith(str(path)) and reason in str(err.value) and str(err.value).endswith("delete it")
+
+
+def test_the_reader_refuses_a_fifo_without_opening_it_and_bounds_the_size(tmp_path):
+    fifo = tmp_path / "cell.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UnreadableFile, match="FIFO"):  # returns at once: nothing writes to the pipe
+        read_json(fifo, "cell")
+    big = tmp_path / "big.json"
+    big.write_text('{"a": "' + "x" * 2000 + '"}')
+    with pytest.raises(UnreadableFile, match="larger than"):
+        read_json(big, "cell", max_bytes=1000)
+    with pytest.raises(UnreadableFile, match="not UTF-8"):
+        (tmp_path / "t.txt").write_bytes(b"caf\xe9")
+        read_text_file(tmp_path / "t.txt", "--train-text file")
+    assert read_json(tmp_path / "big.json", "cell")["a"] == "x" * 2000
+    assert issubclass(UnreadableFile, ValueError)  # every command's usage-error path (exit 2) takes it
+
+
+# -- extend's cells ---------------------------------------------------------------------------------------------
+@pytest.fixture
+def extended(tmp_path):
+    """A tiny HF folder and an extend results folder of two loss cells (plain RoPE and its control)."""
+    model = hf_folder(tmp_path / "model")
+    out = tmp_path / "out"
+    argv = ["extend", model, "--methods", "rope", "--text", "licenses", "--max-tokens", "96", "--passkey-trials",
+            "0", "--out", out, "--quiet"]
+    first = posenc(*argv)
+    assert first.code == 0, first.err
+    return argv, out
+
+
+def test_a_fifo_cell_is_recomputed_by_a_run_and_named_by_report_only(extended):
+    argv, out = extended
+    cell = sorted((out / "cells").glob("*.json"))[0]
+    cell.unlink()
+    os.mkfifo(cell)
+    report = posenc("extend", argv[1], "--report-only", "--out", out)
+    assert report.code == 0, report.err
+    assert str(cell) in report.err and "FIFO" in report.err
+    again = posenc(*argv)
+    assert again.code == 0, again.err
+    assert f"not a cell, recomputed: {cell}" in again.err + again.out
+    assert cell.is_file() and read_json(cell, "cell")["kind"] in ("loss", "control")
+
+
+@pytest.mark.parametrize("content", ["[]", "{garbage", DEEP, '{"x": 1}'])
+def test_a_garbage_cell_is_recomputed_by_a_run_and_named_by_report_only(extended, content):
+    argv, out = extended
+    cell = sorted((out / "cells").glob("*.json"))[0]
+    good = json.loads(cell.read_text())
+    cell.write_text(content)
+    report = posenc("extend", argv[1], "--report-only", "--out", out)
+    assert report.code == 0, report.err  # the other cell is reported; this one is named, not fatal
+    assert "Traceback" not in report.err and f"left out, not a cell: {cell}" in report.err
+    again = posenc(*argv)
+    assert again.code == 0, again.err
+    assert json.loads(cell.read_text())["name"] == good["name"]
+
+
+def test_report_only_with_nothing_but_garbage_is_refused_naming_it(extended):
+    argv, out = extended
+    for cell in (out / "cells").glob("*.json"):
+        cell.write_text("[]")
+    assert_refused(posenc("extend", argv[1], "--report-only", "--out", out), "no finished cells",
+                   "are not cells")

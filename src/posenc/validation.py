@@ -224,17 +224,18 @@ def did_you_mean(name: object, choices: Iterable[str]) -> str:
     """``" (did you mean 'rope'?)"`` for the choice closest to a mistyped ``name`` (difflib), or ``""``.
 
     Appended to every "unknown NAME" message, before the valid list: ``rope-yarm`` → ``rope-yarn``.
-    Case is ignored; up to three close names are offered, the closest first.
+    Case is ignored; the closest name is offered, with up to two more only where they are as close.
     """
     import difflib
 
     if not isinstance(name, str) or not name:
         return ""
-    pool = list(dict.fromkeys(choices))
-    lowered = {c.lower(): c for c in pool}
+    lowered = {c.lower(): c for c in dict.fromkeys(choices)}
     close = difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.6)
     if not close:
         return ""
+    score = [difflib.SequenceMatcher(None, name.lower(), c).ratio() for c in close]
+    close = [c for c, s in zip(close, score) if s >= score[0] - 0.02]
     return " (did you mean " + " or ".join(repr(lowered[c]) for c in close) + "?)"
 
 

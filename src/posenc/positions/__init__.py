@@ -17,6 +17,7 @@ scheme's own options come on top. Aliases (``nope`` → ``none``, ``absolute`` �
 from __future__ import annotations
 
 import inspect
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -72,6 +73,7 @@ from posenc.positions.rotary_scaling import (
 )
 from posenc.positions.rotary_variants import RECENT_ROPES, MixedNTKRoPE, ProportionalRoPE
 from posenc.positions.temperature import TEMPERATURES, Llama4QueryScale, Llama4Temperature, ScalableSoftmax, SSMax
+from posenc.positions import docstrings
 from posenc.positions.xpos import XPos
 from posenc.validation import did_you_mean
 
@@ -172,6 +174,41 @@ def options(name: str) -> list[dict[str, Any]]:
     return out
 
 
+def summary(name: str) -> str:
+    """The scheme's one-line summary, plain text: its class's ``summary`` attribute, else the first sentence of
+    its docstring (``posenc.positions.docstrings``), never cut inside a word."""
+    cls = lookup(name)
+    own = getattr(cls, "summary", None)
+    return own if isinstance(own, str) and own else docstrings.summary(cls.__doc__)
+
+
+def about(name: str) -> dict[str, Any]:
+    """Everything ``posenc schemes NAME`` shows of a scheme, as plain data.
+
+    ``name`` (registered), ``family`` (additive, rotary, bias or none), ``summary``, ``aliases``, ``options``
+    ({option: default}, from ``options``), ``option_details`` (``options``' entries, each with the sentence
+    the docstring's ``Args:`` section gives it as ``help``), ``paper`` (the work the summary cites, or None) and
+    ``verified_against`` (the reference implementation or formula the tests compare with, or None).
+
+    >>> about("rope-yarn")["options"]["factor"], about("nope")["name"]
+    (4.0, 'none')
+    """
+    real = canonical(name)
+    cls = _REGISTRY[real]
+    helps = docstrings.option_help(cls.__doc__)
+    for option, text in helps.items():  # "as for RoPE." → RoPE's own sentence for that option
+        named = re.fullmatch(r"as for (\w+)\.?", text)
+        source = globals().get(named[1]) if named else None
+        if isinstance(source, type) and issubclass(source, PositionScheme):
+            helps[option] = docstrings.option_help(source.__doc__).get(option, text)
+    details = [{**spec, "help": helps.get(spec["name"])} for spec in options(real)]
+    first = summary(real)
+    return {"name": real, "family": cls.family, "summary": first,
+            "aliases": [a for a, b in aliases().items() if b == real],
+            "options": {spec["name"]: spec["default"] for spec in details}, "option_details": details,
+            "paper": docstrings.paper(first), "verified_against": docstrings.verified_against(cls.__doc__)}
+
+
 def model_context(
     name: str, *, dim: int, num_heads: int, max_length: int | None = None, causal: bool = False,
 ) -> dict[str, Any]:
@@ -265,6 +302,7 @@ __all__ = [
     "T5RelativeBias",
     "XPos",
     "YaRNRoPE",
+    "about",
     "alibi_slopes",
     "aliases",
     "apply_rotary",
@@ -282,6 +320,7 @@ __all__ = [
     "pairing_permutation",
     "register",
     "sinusoid_table",
+    "summary",
     "t5_bucket",
     "unpack_positions",
 ]

@@ -169,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     args = parser.parse_args(argv)  # a usage error exits 2 here (argparse's SystemExit), --help 0
     args.debug = debug
+    from posenc.progress import set_quiet
+
+    set_quiet(getattr(args, "quiet", False))  # stage lines and bars on stderr: off under --quiet
     try:
         _model_names(args)
         code = int(args.func(args) or 0)

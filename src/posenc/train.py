@@ -461,8 +461,11 @@ def train(
         evals.append({"step": step, **metrics})
 
     result = TrainResult(step=start, interrupted=False, history=history, evals=evals)
-    bar = tqdm(total=config.steps, initial=start, disable=not (config.progress and info.is_main),
-               desc="train", dynamic_ncols=True, leave=False)
+    from posenc.progress import detail_disabled, detail_position
+
+    beneath = detail_position()  # under a grid's overall bar (lengthgen, finetune grid): the line below it
+    bar = tqdm(total=config.steps, initial=start, position=beneath, desc="train", dynamic_ncols=True, leave=False,
+               disable=not (config.progress and info.is_main) or (beneath > 0 and detail_disabled()))
     model.train()
     with _stop_on_signal() as flag:
         for step in range(start, config.steps):

@@ -94,6 +94,12 @@ class GridConfig:
             (m, f) for m in self.methods if m not in FACTORLESS for f in self.factors]
 
 
+def _ppl(value: float | None) -> str:
+    """A bucket's perplexity for a log line; ``n/a`` for a bucket with no scored token (L₀ = 2: bucket 0–1 holds
+    only the first token, which nothing predicts)."""
+    return "n/a" if value is None else f"{value:.2f}"
+
+
 def _factor_tag(factor: float | None) -> str | None:
     return None if factor is None else f"x{factor:g}"
 
@@ -144,7 +150,11 @@ class Grid:
     def _bar(self, total: int, desc: str) -> Any:
         from tqdm import tqdm
 
-        return tqdm(total=total, desc=desc, unit="layer", leave=False, disable=not self.progress)
+        from posenc.progress import detail_disabled, detail_position
+
+        # beneath the grid's overall bar (cell k of n); a terminal's only: in a log file one line per cell says enough
+        return tqdm(total=total, desc=desc, unit="layer", leave=False, disable=detail_disabled(self.progress),
+                    position=detail_position())
 
     # -- loss by position ------------------------------------------------------------------------
 
@@ -183,8 +193,8 @@ class Grid:
                 "curve": smoothed_curve(nll), "nll": [round(float(x), 4) for x in nll],
                 "seconds": seconds, "sdpa": calls.to_dict(), "settings": settings}
         self.store.save(name, cell)
-        in_range = cell["buckets"][0]["ppl"]
-        self.log(f"{name}: ppl first bucket {in_range:.2f}, last {cell['buckets'][-1]['ppl']:.2f}  ({seconds:.0f} s)")
+        first, last = (_ppl(cell["buckets"][i]["ppl"]) for i in (0, -1))  # None: a bucket with no token scored
+        self.log(f"{name}: ppl first bucket {first}, last {last}  ({seconds:.0f} s)")
         return cell
 
     def control_cell(self, spec: str) -> dict[str, Any]:
@@ -306,8 +316,17 @@ class Grid:
         for task in self.cfg.tasks:  # a too-short retrieval length fails now, not after hours of loss cells
             for length in self.cfg.passkey_lengths:
                 build_prompt(self.tokenizer, make_trial(random.Random(0), task, length, index=0))
+        from posenc.progress import Overall
+
         i, n = self.cfg.shard or (0, 1)
-        cells = [run() for index, (_kind, run) in enumerate(self.plan()) if index % n == i]
+        todo = [(kind, run) for index, (kind, run) in enumerate(self.plan()) if index % n == i]
+        cells = []
+        with Overall(len(todo), "extend", enabled=self.progress) as overall:  # cell k of n, elapsed, time left
+            for kind, run in todo:
+                overall.start(kind)
+                began = time.perf_counter()
+                cells.append(run())
+                overall.done(kept=time.perf_counter() - began < 0.05)  # read back from an earlier run
         self._variant = None
         return cells
 

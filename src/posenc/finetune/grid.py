@@ -332,18 +332,28 @@ class Replication:
                 self.search(factor)
         cells = []
         if "cells" in stages:
+            from posenc.progress import Overall
+
             start = self.start()
-            for method, factor, seed in self.cfg.cells() if queue else self.cfg.cells()[index::count]:
-                try:
-                    cell = self.cell(method, factor, seed, start, claim=queue)
-                except RunInUse as held:
-                    if not queue:
-                        raise
-                    self.log(f"{self.cfg.cell_name(method, factor, seed)}: skipped, {str(held).split(';')[0]}")
-                    continue
-                if cell is None:
-                    break
-                cells.append(cell)
+            todo = self.cfg.cells() if queue else self.cfg.cells()[index::count]
+            # the grid's bar (cell k of n, elapsed, time left) above each cell's training bar, never restarted
+            with Overall(len(todo), "finetune grid", enabled=self.progress) as overall:
+                for method, factor, seed in todo:
+                    name = self.cfg.cell_name(method, factor, seed)
+                    overall.start(name)
+                    began = time.perf_counter()
+                    try:
+                        cell = self.cell(method, factor, seed, start, claim=queue)
+                    except RunInUse as held:
+                        if not queue:
+                            raise
+                        self.log(f"{name}: skipped, {str(held).split(';')[0]}")
+                        overall.done(kept=True)
+                        continue
+                    if cell is None:
+                        break
+                    cells.append(cell)
+                    overall.done(kept=time.perf_counter() - began < 0.05)  # a saved cell read back
         if "report" in stages and count == 1:
             from posenc.finetune.report import write_report
 

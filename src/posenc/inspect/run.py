@@ -240,7 +240,11 @@ def inspect_checkpoint(
         encoder–decoder's position scheme per stack, with its stored table; else None), ``relative``,
         ``tokens`` and ``notes``.
     """
+    from posenc.progress import stage  # shown when the caller's posenc.progress.Stages has taken over ~2 s
+
+    stage("reading the checkpoint")
     ckpt = path if isinstance(path, Checkpoint) else load_checkpoint(path)
+    stage("finding the position and token tables")
     found = locate(ckpt, position=position_tensor, token=token_tensor, head=head_tensor,
                    position_offset=position_offset)
     cfg = ckpt.config
@@ -259,6 +263,7 @@ def inspect_checkpoint(
     plan = layer_plan(cfg)
     result["layer_plan"] = None if plan is None else plan_rows(plan.plan)
     result["more_positions"] = []
+    stage("measuring the position table")
     if found.position is not None:
         result["position"] = measure_table(ckpt, found.position, found.position_offset, rows, seed=seed)
         if rope_from_config(cfg) is not None:
@@ -297,6 +302,7 @@ def inspect_checkpoint(
     result["relative"] = _relative(ckpt, found.relative)
     if found.token is not None:
         vocab_rows, width = ckpt.shape(found.token)
+        stage(f"measuring the token table ({vocab_rows} × {width})")
         check_memory(4.0 * vocab_rows * (3 * width + 8), f"measuring the {vocab_rows} × {width} token table",
                      fix="measure it on a machine with more memory, or set POSENC_MEMORY_BUDGET")
         table = finite_table(ckpt.tensor(found.token).float(), f"token table {found.token!r}")

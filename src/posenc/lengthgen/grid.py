@@ -143,14 +143,26 @@ def run_grid(
     root = None if out_dir is None else Path(out_dir)
     info = dist_info()
     todo = grid.shard(*shard)
+    from posenc.progress import Overall
+
+    # the grid's bar (cell k of n, elapsed, time left) above each cell's training bar; one per run, never restarted
+    with Overall(len(todo), "lengthgen", enabled=progress and info.is_main) as overall:
+        return _run_cells(grid, root, todo, overall, fresh=fresh, progress=progress, log=log)
+
+
+def _run_cells(grid: GridConfig, root: Path | None, todo: list[tuple[str, str, int]], overall: Any, *, fresh: bool,
+               progress: bool, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    info = dist_info()
     results = []
     for number, (task, scheme, seed) in enumerate(todo, 1):
         name = cell_name(task, scheme, seed)
+        overall.start(name)
         config = grid.config(task)
         saved = None if fresh or root is None else finished(root, task, scheme, seed, config)
         if saved is not None:
             log(f"[{number}/{len(todo)}] {name}: done earlier, kept")
             results.append(saved)
+            overall.done(kept=True)
             continue
         ckpt = None if root is None else root / "checkpoints" / name
         resume = ckpt is not None and (ckpt / "latest").exists() and not fresh
@@ -173,6 +185,7 @@ def run_grid(
         log(f"    {name}: {gate}; in-range {cell['in_range']:.3f} beyond {cell['beyond']:.3f} "
             f"({cell['seconds']:.0f} s, {cell['cpu_seconds']:.0f} s CPU)")
         results.append(cell)
+        overall.done()
     return results
 
 

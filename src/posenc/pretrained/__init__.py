@@ -85,11 +85,22 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such file or folder; give an HF model folder, a .gguf file or a name "
                                 f"from `posenc models` ({', '.join(MODELS)})")
-    from posenc.pretrained.as_stored import check_weights, quantise_model
-    from posenc.pretrained.description import read_model
-
     if path.is_file() and path.suffix.lower() == ".json":
         raise ValueError(f"{path}: a config.json alone holds no weights; give the model's folder or a .gguf file")
+    from posenc.progress import Stages
+
+    # a load over ~2 s shows its stages on stderr (reading the file, building the tokenizer, weights N/M tensors)
+    with Stages(f"loading {path.name}"):
+        return _load(path, dtype=dtype, device=device, pairing=pairing, weights=weights)
+
+
+def _load(path: Path, *, dtype: torch.dtype, device: str | torch.device, pairing: str,
+          weights: str | None) -> Pretrained:
+    from posenc.pretrained.as_stored import check_weights, quantise_model
+    from posenc.pretrained.description import read_model
+    from posenc.progress import stage
+
+    stage("reading the file")
     # the one reading of the model (posenc.pretrained.description): config, plan, tokenizer — shared by every command
     reading = read_model(path)
     d = reading.description
@@ -112,6 +123,7 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     if gguf and weights == "as-stored":
         from posenc.pretrained.as_stored import load_gguf_as_stored
 
+        stage("loading the weights as stored")
         got = load_gguf_as_stored(Path(reading.mapped.path), dtype=dtype, pairing=pairing, mapped=reading.mapped,
                                   hf_config=d.hf_config, tokenizer=reading.tokenizer)
         return Pretrained(model=got["model"], config=got["config"], tokenizer=got["tokenizer"], source=str(path),
@@ -119,11 +131,14 @@ def load_pretrained(path: str | Path, *, dtype: torch.dtype | str = torch.float3
     if gguf:
         pm = _load_gguf(Path(reading.mapped.path), reading, dtype=dtype, device=device, pairing=pairing)
         if weights in ("int8", "int4"):
+            stage(f"quantising the weights to {weights}")
             pm.stored, pm.weights = quantise_model(pm.model, 8 if weights == "int8" else 4), weights
         return pm
     from posenc.pretrained.hf import load_hf_folder
 
     model, hf = load_hf_folder(path, dtype=dtype, device=device, pairing=pairing, hf=d.hf_config)
+    if weights in ("int8", "int4"):
+        stage(f"quantising the weights to {weights}")
     stored = quantise_model(model, 8 if weights == "int8" else 4) if weights in ("int8", "int4") else {}
     return Pretrained(model=model, config=model.config, tokenizer=reading.tokenizer, source=str(path),
                       hf_config=hf, weights=weights, stored=stored, description=d)
@@ -180,12 +195,15 @@ def _load_gguf(path: Path, reading: Any, *, dtype: torch.dtype, device: str | to
 
     d = reading.description
     # interleaved: run llama.cpp's q/k rows as stored (no permutation at all); half: rows un-permuted as read
+    from posenc.progress import counted, stage
+
+    stage("reading the weights")
     ckpt = read_gguf(path, keep_interleaved=pairing == "interleaved", dtype=dtype, config=dict(d.hf_config),
                      tokenizer=False)
     config = llama_config_from_hf(d.hf_config, pairing=pairing, source=str(path))
     model = build_decoder(config, device="meta")
     # the model takes over the tensors read_gguf cast to `dtype`: one copy of the weights in memory
-    load_llama_weights(model, ckpt.tensors.items(), source=str(path), dtype=dtype, device=device,
+    load_llama_weights(model, counted(ckpt.tensors.items(), len(ckpt.tensors), "loading weights"), source=str(path), dtype=dtype, device=device,
                        source_pairing=ckpt.pairing)
     return Pretrained(model=model.eval(), config=config, tokenizer=reading.tokenizer, source=str(path),
                       hf_config=d.hf_config, description=d)

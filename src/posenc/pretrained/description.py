@@ -269,6 +269,10 @@ def _read_folder(folder: Path, *, tokenizer: bool) -> Reading:
     from posenc.pretrained.tokenizer import load_hf_tokenizer
 
     hf = _read_config(folder / "config.json")
+    if tokenizer:
+        from posenc.progress import stage
+
+        stage("building the tokenizer")  # shown when inside a slow load (posenc.progress.Stages)
     tok = load_hf_tokenizer(folder, hf) if tokenizer else None
     facts = None
     if tok is not None:
@@ -321,6 +325,9 @@ def _read_gguf(path: Path, *, tokenizer: bool) -> Reading:
     if tokenizer:
         from posenc.pretrained.tokenizer import gguf_tokenizer
 
+        from posenc.progress import stage
+
+        stage("building the tokenizer")  # shown when inside a slow load (posenc.progress.Stages)
         tok = gguf_tokenizer(meta, path)
         get = lambda key: int(meta[key]) if key in meta else None  # noqa: E731
         facts = TokenizerFacts.of(tok, pad_id=get("tokenizer.ggml.padding_token_id"),

@@ -170,6 +170,9 @@ def load_hf_folder(path: str | Path, *, dtype: torch.dtype = torch.float32, devi
     config = llama_config_from_hf(hf, pairing=pairing, source=str(config_path))
     ckpt = load_checkpoint(folder)
     model = build_decoder(config, device="meta")
-    tensors = ((name, ckpt.tensor(name)) for name in ckpt.names())  # read one at a time, as loaded
+    from posenc.progress import counted
+
+    names = ckpt.names()
+    tensors = counted(((name, ckpt.tensor(name)) for name in names), len(names), "loading weights")  # one at a time
     load_llama_weights(model, tensors, source=str(folder), dtype=dtype, device=device)
     return model.eval(), hf

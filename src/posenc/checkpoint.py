@@ -376,6 +376,8 @@ def check_run_dir(path: str | os.PathLike[str]) -> None:
 
 #: The file a running ``train`` holds an exclusive lock on, in its run directory.
 LOCK_FILE = ".lock"
+#: the results folder's record of the command that wrote it (posenc.cli_options.claim_folder)
+FOLDER_FILE = "posenc-folder.json"
 
 
 def refuse_existing_run(path: str | os.PathLike[str]) -> None:
@@ -410,7 +412,9 @@ def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory"
     ``path/.lock``: the kernel releases it when the holder exits, even after ``kill -9``.
     Where ``flock`` is unavailable (not POSIX) nothing is locked. A directory the lock
     created and nothing wrote into (the run was refused or failed before its first file)
-    is removed again, while still held, so a refusal leaves nothing behind.
+    is removed again, while still held, so a refusal leaves nothing behind. The lock file itself is
+    removed as the holder ends (normally or by an exception); one left by a holder that was killed is
+    taken over, with a line on stderr naming its pid.
 
     Args:
         what: the directory's name in the refusal ("checkpoint directory", "--out folder").
@@ -440,20 +444,76 @@ def run_lock(path: str | os.PathLike[str], *, what: str = "checkpoint directory"
             started = f", started as `{command.strip()}`" if command.strip() else ""
             raise RunInUse(f"{what} {path} is in use by another posenc run (pid {pid.strip() or 'unknown'})"
                              f"{started}; {fix}") from None
+        if not _same_file(fd, path / LOCK_FILE):  # its holder removed it as it ended: lock the file there now
+            os.close(fd)
+            fd = -1
+            yield from _retry(path, what, fix)
+            return
         held = True
+        _say_if_stale(fd, path, what)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n{_command_line()}".encode(), 0)
         yield
     finally:
-        if held and created:
-            _remove_if_only_the_lock(path)
-        os.close(fd)  # closing releases the lock
+        if held:
+            if created:
+                _remove_if_only_the_lock(path)
+            _unlink_if_same(fd, path / LOCK_FILE)  # no .lock left behind: removed while still held
+        if fd >= 0:
+            os.close(fd)  # closing releases the lock
+
+
+def _retry(path: Path, what: str, fix: str) -> Iterator[None]:
+    with run_lock(path, what=what, fix=fix):
+        yield
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """Whether ``path`` is still the file open as ``fd`` (not removed, nor replaced, by a holder that ended)."""
+    try:
+        mine, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
+
+
+def _unlink_if_same(fd: int, path: Path) -> None:
+    try:
+        if _same_file(fd, path):
+            path.unlink()
+    except OSError:
+        pass
+
+
+def _say_if_stale(fd: int, path: Path, what: str) -> None:
+    """A lock file that names another process, found unheld: its run ended without removing it (killed). Say so on
+    stderr and take it over."""
+    pid, _, command = os.pread(fd, 1024, 0).decode(errors="replace").partition("\n")
+    pid = pid.strip()
+    if not pid or pid == str(os.getpid()):
+        return
+    alive = False
+    if pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+            alive = True
+        except ProcessLookupError:
+            alive = False
+        except (PermissionError, OverflowError):
+            alive = True
+    state = "no longer holds it" if alive else "is no longer running"
+    started = f" (`{command.strip()}`)" if command.strip() else ""
+    print(f"posenc: {what} {path}: taking over the stale lock of pid {pid}{started}, which {state}",
+          file=sys.stderr, flush=True)
 
 
 def _remove_if_only_the_lock(path: Path) -> None:
-    """Remove directory ``path`` if it holds nothing but the lock file (called by its holder)."""
+    """Remove directory ``path`` if it holds nothing but the lock file and the folder's command record (called by its
+    holder)."""
     try:
-        if [p.name for p in path.iterdir()] == [LOCK_FILE]:
+        names = sorted(p.name for p in path.iterdir())
+        if LOCK_FILE in names and set(names) <= {LOCK_FILE, FOLDER_FILE}:
+            (path / FOLDER_FILE).unlink(missing_ok=True)
             (path / LOCK_FILE).unlink()
             path.rmdir()  # fails, and is left, if another run made its own lock file there meanwhile
     except OSError:

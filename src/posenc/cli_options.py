@@ -34,7 +34,8 @@ import argparse
 import json
 import os
 import sys
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -137,18 +138,99 @@ def out_dir(args: argparse.Namespace) -> Path | None:
     return None if out in (None, "", NO_FILES) else Path(out)
 
 
-def hold_out(folder: str | os.PathLike[str] | None, *, shards: str | None = None) -> AbstractContextManager[None]:
+#: The file that says which command wrote a results folder (``{"command": "extend", "version": …}``).
+FOLDER_FILE = "posenc-folder.json"  # = posenc.checkpoint.FOLDER_FILE: the lock's cleanup knows it too
+#: What a posenc results folder may hold besides that file: a folder without one (written before posenc
+#: recorded its command, or cells copied together from shards) holding only these is taken as posenc's.
+POSENC_NAMES = frozenset({".lock", "cells", "runs", "checkpoints", "pretrain", "figures", "reports", "latest"})
+POSENC_SUFFIXES = (".json", ".md", ".html", ".png", ".svg", ".csv", ".tmp")
+
+
+def add_force(parser: argparse.ArgumentParser, *, help: str | None = None) -> None:
+    """``--force``: write into an --out folder another command wrote (replacing what it wrote) or that holds files
+    posenc did not write."""
+    parser.add_argument("--force", action="store_true",
+                        help=help or "replace an --out folder another posenc command wrote, or write into one "
+                                     "holding files posenc did not write")
+
+
+def _posenc_name(name: str) -> bool:
+    return (name in POSENC_NAMES or name.endswith(POSENC_SUFFIXES)
+            or (name.startswith(("longrope-", ".")) and not name.startswith(".git")))
+
+
+def folder_owner(folder: str | os.PathLike[str]) -> str | None:
+    """The command recorded in ``folder``'s ``posenc-folder.json`` (None: no such file, or unreadable)."""
+    path = Path(folder) / FOLDER_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    command = data.get("command") if isinstance(data, dict) else None
+    return command if isinstance(command, str) and command else None
+
+
+def claim_folder(folder: str | os.PathLike[str], command: str, *, force: bool = False) -> None:
+    """Make ``folder`` the results folder of ``posenc COMMAND``, or refuse it (call it holding the folder's lock).
+
+    * no ``posenc-folder.json`` and nothing else (or only what posenc writes: a folder from before the file
+      existed, cells copied together from shards): the file is written, naming ``command``;
+    * written by ``command`` itself: taken as it is (a resume, a ``--report-only``);
+    * written by another command: refused naming it, unless ``force`` — then what that command wrote (the
+      folder's posenc files and folders) is removed first, so no report mixes the two;
+    * holding files posenc did not write: refused naming some, unless ``force`` (they are left there).
+    """
+    import shutil
+
+    from posenc import __version__
+    from posenc.checkpoint import LOCK_FILE, atomic_write_text
+
+    root = Path(folder)
+    owner = folder_owner(root)
+    marker = root / FOLDER_FILE
+    if owner == command:
+        return
+    entries = sorted(p.name for p in root.iterdir() if p.name not in (LOCK_FILE, FOLDER_FILE)) if root.is_dir() else []
+    if owner is not None or marker.exists():
+        who = f"`posenc {owner}`" if owner else "an unknown posenc command (its posenc-folder.json is unreadable)"
+        if not force:
+            raise ValueError(f"{root} was written by {who}; give another --out, or --force to replace it")
+        gone = [name for name in entries if _posenc_name(name)]
+        for name in gone:
+            target = root / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            else:
+                target.unlink(missing_ok=True)
+        print(f"posenc: --force: {root} was written by {who}; replaced"
+              + (f" (removed {', '.join(gone[:6])}{' …' if len(gone) > 6 else ''})" if gone else ""),
+              file=sys.stderr)
+    else:
+        unknown = [name for name in entries if not _posenc_name(name)]
+        if unknown and not force:
+            shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+            raise ValueError(f"{root} holds files posenc did not write ({shown}); give another --out (a new or "
+                             "empty folder), or --force to write into it")
+    atomic_write_text(marker, json.dumps({"command": command, "version": __version__}) + "\n")
+
+
+def hold_out(folder: str | os.PathLike[str] | None, *, shards: str | None = None, command: str | None = None,
+             force: bool = False) -> AbstractContextManager[None]:
     """Hold ``posenc.checkpoint.run_lock`` on a command's output folder while the command runs.
 
     A second posenc run into the same folder is refused at once, naming the first (its pid and
     command line), instead of writing the same cells and report files. ``None`` (``--out -``, or a
     rank of a ``torchrun`` that writes nothing) holds nothing. Call it after ``check_output``: the lock
-    creates the folder.
+    creates the folder. The lock file goes when the command ends; one left by a process that died
+    (``kill -9``) is taken over, saying so on stderr.
 
     Args:
         shards: for a command whose grid runs in shards (``"lengthgen"``, ``"extend MODEL"``): the
             refusal also gives the route for shards at the same time (one folder each, then
             ``--report-only``).
+        command: the folder is this command's results folder (``claim_folder``): recorded in
+            ``posenc-folder.json`` on first use; a folder another command wrote, or one holding files posenc
+            did not write, is refused unless ``force``.
     """
     if folder is None:
         return nullcontext()
@@ -158,7 +240,18 @@ def hold_out(folder: str | os.PathLike[str] | None, *, shards: str | None = None
     if shards:
         fix += (f"; shards that run at the same time need one --out each: when they are done, copy their cells/ "
                 f"folders into one and run `posenc {shards} --report-only --out DIR`")
-    return run_lock(folder, what="--out folder", fix=fix)
+    lock = run_lock(folder, what="--out folder", fix=fix)
+    if command is None:
+        return lock
+    return _held_and_claimed(lock, folder, command, force)
+
+
+@contextmanager
+def _held_and_claimed(lock: AbstractContextManager[None], folder: str | os.PathLike[str], command: str,
+                      force: bool) -> Iterator[None]:
+    with lock:
+        claim_folder(folder, command, force=force)
+        yield
 
 
 def add_json(parser: argparse.ArgumentParser, *, help: str | None = None) -> None:

@@ -68,12 +68,13 @@ def test_micro_grid_end_to_end_resume_and_report(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_jobs_grid_holds_its_folder_and_its_workers_are_not_refused_by_it(tmp_path, capsys):
-    """The parent holds OUT (posenc.checkpoint.run_lock on OUT/.lock) for the whole grid; its workers train their
+    """The parent holds OUT (posenc.checkpoint.run_lock on OUT/.lock, removed at the end) for the whole grid; its workers train their
     cells under OUT/checkpoints/<cell>/.lock (train's own lock) and write OUT/cells without taking OUT's."""
     assert main([*MICRO, "--jobs", "2", "--out", str(tmp_path)]) == 0
     assert sorted(p.name for p in (tmp_path / "cells").glob("*.json")) == ["copy-learned-seed0.json",
                                                                          "copy-none-seed0.json"]
-    assert (tmp_path / "results.json").is_file() and (tmp_path / ".lock").is_file()
+    assert (tmp_path / "results.json").is_file() and not (tmp_path / ".lock").exists()  # released at exit
+    assert json.loads((tmp_path / "posenc-folder.json").read_text())["command"] == "lengthgen"
 
 
 @pytest.mark.slow

@@ -52,7 +52,8 @@ def _csv(kind: type, flag: str, *, above: float = 0, choices: tuple[str, ...] | 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from posenc.cli_options import add_device, add_dtype, add_json, add_out, add_quiet, add_seed, add_threads
+    from posenc.cli_options import (add_device, add_dtype, add_force, add_json, add_out, add_quiet, add_seed,
+                                    add_threads)
     from posenc.extend.methods import FAMILY_LAYERS, LAYER_CHOICES, METHODS
     from posenc.extend.retrieval import DEPTH_MODES, TASKS
     from posenc.families.hf_config import MAX_CONTEXT
@@ -116,6 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_weights(p)
     add_quiet(p)
+    add_force(p)
     p.set_defaults(func=run)
 
 
@@ -223,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"model {args.model!r} not found: give an HF model folder or a .gguf file")
         require_causal_lm(args.model, command="extend")
     # one run at a time per folder: a second one would write the same cells and report (train's lock, the same file)
-    with hold_out(out, shards="extend MODEL"):
+    with hold_out(out, shards="extend MODEL", command="extend", force=args.force):
         return _run(args, out)
 
 
@@ -286,8 +288,11 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
     summary = summarise(cells)
     if out is not None:
         paths = write_report(cells, out, meta)
-        log(f"report: {paths['html']}")
-    for line in summary["reading"]:
-        log(line)
+        print(f"report: {paths['html']}", file=stream)  # even under --quiet: where the results went
+    for index, line in enumerate(summary["reading"]):
+        if index == 0:
+            print(line, file=stream)  # the one-line result, even under --quiet
+        else:
+            log(line)
     write_json(args, {"meta": meta, "summary": summary})
     return 0

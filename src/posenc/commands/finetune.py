@@ -23,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from posenc.cli_options import (add_device, add_dtype, add_json, add_out, add_quiet, add_seed, add_threads,
+from posenc.cli_options import (add_device, add_dtype, add_force, add_json, add_out, add_quiet, add_seed, add_threads,
                                 apply_threads, key_value)
 from posenc.malloc import pin_mmap_threshold
 from posenc.validation import int_at_least
@@ -89,7 +89,7 @@ def run_finetune(args: argparse.Namespace) -> int:
     searched = read_searched(args.longrope) if args.longrope is not None else None
     if method != "rope" and args.factor is None:
         raise ValueError(f"--method {method} needs --factor S (the extension factor)")
-    with hold_out(out if info.is_main else None):  # one run per folder (its checkpoints/ has train's own lock)
+    with hold_out(out if info.is_main else None, command="finetune run", force=args.force):  # one run per folder (its checkpoints/ has train's own lock)
         return _finetune(args, info, out, method, searched)
 
 
@@ -144,6 +144,10 @@ def _finetune(args: argparse.Namespace, info: Any, out: Any, method: str, search
             for n, v in (m or {}).get("passkey", {}).items():
                 log(f"  {name}, passkey at {n}: {v['correct']}/{v['trials']}")
         write_json(args, summary)
+        if args.quiet:  # the one-line result and where it is, even under --quiet
+            loss = f", loss {res.history[-1]['loss']:.4f}" if res.history else ""
+            print(f"finetune: step {res.step}{loss}" + (" (interrupted)" if res.interrupted else "")
+                  + (f"; run in {out}" if out is not None else ""), file=stream, flush=True)
     if info.world_size > 1:
         import torch.distributed as dist
 
@@ -161,7 +165,7 @@ def run_search(args: argparse.Namespace) -> int:
     out = out_dir(args)
     check_output(out, "--out", kind="dir")  # before the lock makes it and the model loads
     check_output(args.json, "--json")
-    with hold_out(out):  # one search per folder: two would overwrite each other's search-state.json
+    with hold_out(out, command="finetune search", force=args.force):  # one search per folder: two would overwrite each other's search-state.json
         return _search(args, out)
 
 
@@ -183,9 +187,9 @@ def _search(args: argparse.Namespace, out: Any) -> int:
     log(f"search: LongRoPE factors for s = {cfg.factor:g} (L0 = {l0}, {cfg.samples} samples of {cfg.length} tokens "
         f"of {args.train_text}), population {cfg.population}, {cfg.generations} generations")
     result = Search(start.model, tokens, cfg, out=out, progress=not args.quiet, log=log).run()
-    log(f"best: ppl {result['best_ppl']:.4f} with n̂ = {result['start_tokens']} (seeds: "
-        + ", ".join(f"{k} {2.718281828459045 ** v:.4f}" for k, v in result["seed_losses"].items()) + ")"
-        + (f"; result in {out / 'result.json'}" if out is not None else ""))
+    print(f"best: ppl {result['best_ppl']:.4f} with n̂ = {result['start_tokens']} (seeds: "  # even under --quiet
+          + ", ".join(f"{k} {2.718281828459045 ** v:.4f}" for k, v in result["seed_losses"].items()) + ")"
+          + (f"; result in {out / 'result.json'}" if out is not None else ""), file=stream, flush=True)
     write_json(args, {"command": _command(), **result})
     return 0
 
@@ -222,10 +226,12 @@ def run_grid(args: argparse.Namespace) -> int:
     rep = Replication(cfg, out, progress=not args.quiet, log=log)
     # the whole grid holds its folder; shards share it by design (after shard 0's pretraining), each cell's
     # checkpoints under train's own lock
-    with hold_out(out if args.shard == (0, 1) else None):
+    with hold_out(out if args.shard == (0, 1) else None, command="finetune grid", force=args.force):
         cells = rep.run(stages=stages, shard=args.shard)
-    log(f"grid: {len(cells)} cells this call, {time.perf_counter() - began:.0f} s; load {os.getloadavg()[0]:.1f}"
-        + (f"; report in {out / 'results.md'}" if "report" in stages and args.shard == (0, 1) else ""))
+    # the one-line result and where the report is, even under --quiet
+    print(f"grid: {len(cells)} cells this call, {time.perf_counter() - began:.0f} s; load {os.getloadavg()[0]:.1f}"
+          + (f"; report in {out / 'results.md'}" if "report" in stages and args.shard == (0, 1) else ""),
+          flush=True)
     return 0
 
 
@@ -283,6 +289,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_device(q)
     add_dtype(q)
     add_quiet(q)
+    add_force(q)
     q.set_defaults(func=run_finetune)
 
     q = fsub.add_parser("search", help="LongRoPE's evolutionary search for per-pair factors against MODEL")
@@ -305,6 +312,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_seed(q)
     add_threads(q)
     add_quiet(q)
+    add_force(q)
     q.set_defaults(func=run_search)
 
     q = fsub.add_parser("grid", help="the mini-scale replication: pretrain at L0, search, fine-tune every cell, "
@@ -321,4 +329,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_out(q, default=None, help="the replication's folder")
     add_threads(q)
     add_quiet(q)
+    add_force(q)
     q.set_defaults(func=run_grid)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
-from posenc.cli_options import add_json, add_out, add_seed, hold_out, json_to_stdout, out_dir, write_json
+from posenc.cli_options import add_force, add_json, add_out, add_seed, hold_out, json_to_stdout, out_dir, write_json
 from posenc.validation import check_output, dumps, int_at_least, seed_arg
 
 
@@ -31,12 +32,20 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--rows must look like START:STOP (e.g. 0:128), got {args.rows!r}") from None
     tokens = [t for t in args.tokens.split(",") if t] if args.tokens else None
     folder = out_dir(args)
-    with hold_out(folder):  # one run per report folder: two would mix their figures and inspect.json
-        result = inspect_checkpoint(args.path, position_tensor=args.position_tensor, token_tensor=args.token_tensor,
-                                    head_tensor=args.head_tensor, position_offset=args.position_offset,
-                                    tokens=tokens, k=args.neighbours, max_positions=args.max_positions, seed=args.seed,
-                                    sample=args.sample, rows=rows)
-        page = write_report(result, folder) if folder is not None else None
+    from posenc.progress import Stages
+
+    # one run per report folder (two would mix their figures and inspect.json); another command's is refused
+    with hold_out(folder, command="inspect", force=args.force):
+        # past ~2 s its stages are shown on stderr (reading, finding the tables, measuring them, the figures)
+        with Stages(f"inspect {Path(args.path).name}") as stages:
+            result = inspect_checkpoint(args.path, position_tensor=args.position_tensor,
+                                        token_tensor=args.token_tensor, head_tensor=args.head_tensor,
+                                        position_offset=args.position_offset, tokens=tokens, k=args.neighbours,
+                                        max_positions=args.max_positions, seed=args.seed, sample=args.sample,
+                                        rows=rows)
+            if folder is not None:
+                stages.stage("drawing the figures and writing the report")
+            page = write_report(result, folder) if folder is not None else None
         to_stdout = json_to_stdout(args)
         if not to_stdout:
             print("\n".join(summary_lines(result)))
@@ -74,4 +83,5 @@ def register(sub: Any) -> None:
                    help="token rows sampled to count how often a row tops its own dot-product list (default 1000)")
     add_seed(p, help="seed of the random baseline and samples")
     p.add_argument("--list-tensors", action="store_true", help="list the checkpoint's tensors and exit")
+    add_force(p)
     p.set_defaults(func=run)

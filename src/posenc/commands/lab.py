@@ -15,7 +15,8 @@ import argparse
 import sys
 from typing import Any
 
-from posenc.cli_options import add_json, add_out, add_quiet, add_seed, hold_out, json_to_stdout, out_dir, write_json
+from posenc.cli_options import (add_force, add_json, add_out, add_quiet, add_seed, hold_out, json_to_stdout, out_dir,
+                                write_json)
 from posenc.validation import check_output, dumps, parse_list
 
 
@@ -40,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     only = parse_list(args.only, "--only") if args.only is not None else None
     folder = out_dir(args)
-    with hold_out(folder):  # one run per report folder: two would mix their figures and results.json
+    # one run per report folder (two would mix their figures and results.json); another command's is refused
+    with hold_out(folder, command="lab", force=args.force):
         findings = run_lab(cfg, only=only, progress=show_progress)
         rows = property_table(cfg) if not only else None
         if not to_stdout:
@@ -73,4 +75,5 @@ def register(sub: Any) -> None:
                    help="language of the table, the verdicts and the report's first view: 'en' or 'ko' (default: "
                         "the locale, ko_KR… → Korean; the report can switch either way). --json is the same in both")
     add_quiet(p)
+    add_force(p)
     p.set_defaults(func=run)

@@ -25,7 +25,8 @@ import sys
 import time
 from typing import Any
 
-from posenc.cli_options import add_out, add_position, add_quiet, add_threads, key_value, key_values, out_dir
+from posenc.cli_options import (add_force, add_out, add_position, add_quiet, add_threads, key_value, key_values,
+                                out_dir)
 from posenc.validation import finite_float, int_at_least
 
 #: Most optimiser updates one cell may ask for: a larger --steps is a typo, not a plan.
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
             raise FileNotFoundError(f"--report-only: {out} is not a folder of cells (give the --out of a lengthgen run)")
         # one run per folder for the whole grid: rank 0 or the --jobs parent holds it; the cells' checkpoint
         # folders (OUT/checkpoints/<cell>) are locked by train itself, each in its own .lock
-        with hold_out(out if info.is_main else None, shards="lengthgen"):
+        with hold_out(out if info.is_main else None, shards="lengthgen", command="lengthgen", force=args.force):
             return _run(args, grid, out, is_main=info.is_main)
     finally:
         if info.world_size > 1:
@@ -241,4 +242,5 @@ def register(sub: Any) -> None:
                    help="only (re)write the report of this grid from the cells finished in OUT/cells")
     p.add_argument("--fresh", action="store_true", help="retrain cells already finished in OUT")
     add_cell_args(p)
+    add_force(p)
     p.set_defaults(func=run)

@@ -2,7 +2,8 @@
 
 Run from the repository root:
 
-    PYTHONPATH=src python benchmarks/schemes/profile.py --length 256 --json benchmarks/schemes/profile.json
+    PYTHONPATH=src python benchmarks/schemes/profile.py --length 256 --json benchmarks/schemes/profile.json \
+        --markdown benchmarks/schemes/profile.md
 
 Everything is computed from ``scheme.similarity`` (the object the lab
 measures) plus two precision probes; the lab (``posenc.lab``) measures more
@@ -159,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=256, help="positions 0 … L−1 for the similarity")
     parser.add_argument("--seed", type=int, default=0, help="seed for learned schemes' initial values")
     parser.add_argument("--json", help="also write the rows and precision figures here")
+    parser.add_argument("--markdown", help="also write the table and the precision figures as Markdown here "
+                                           "(docs/schemes.md quotes it through generated blocks)")
     args = parser.parse_args(argv)
     rows = [profile(name, args.length, args.seed) for name in tqdm(names(), desc="schemes", file=sys.stderr)]
     figures = precision_figures(args.seed)
@@ -166,6 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for key, value in figures.items():
         print(f"{key}: {value:.3g}" if isinstance(value, float) else f"{key}: {value}")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as fh:
+            fh.write("# Measured property profile of every registered scheme\n\n"
+                     f"Written by `benchmarks/schemes/profile.py --length {args.length} --seed {args.seed}`.\n\n"
+                     "## Profile\n\n" + markdown(rows) + "\n\n## Precision\n\n"
+                     "| figure | value |\n| --- | --- |\n"
+                     + "".join(f"| {k} | {v:.3g} |\n" if isinstance(v, float) else f"| {k} | {v} |\n"
+                               for k, v in figures.items()))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"length": args.length, "seed": args.seed, "rows": rows, "precision": figures}, fh, indent=2)

@@ -69,3 +69,51 @@ def test_readme_is_a_short_user_guide_not_a_diary():
     assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "README.md quotes a dated entry; dates belong in CHANGELOG.md"
     assert not re.search(r"[\d,]+ tests\b", text), "README.md types a test count; it goes stale"
     assert (ROOT / "CHANGELOG.md").is_file()
+
+
+# Pages and sections whose tables state definitions, not measurements: (page, section heading, reason).
+DEFINITION_TABLES = (
+    ("docs/schemes.md", "The catalogue", "each scheme's formula and constants (0.1·ln factor + 1, eps 0.01, …)"),
+    ("docs/lab.md", "The claims", "what each lab experiment computes and its rule (cosine 0.8, dropout p = 0.1 are inputs)"),
+    ("docs/layers.md", None, "model families' layer plans: sizes and versions (Mistral v0.1), no measurement"),
+)
+
+
+def _undeclared_measured_rows(text: str, page: str) -> list[str]:
+    """Markdown table rows holding a decimal number outside generated blocks, code fences and allowed sections."""
+    import re
+
+    text = re.sub(r"<!-- generated from .*?<!-- end generated -->", "", text, flags=re.S)
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    allowed = {section for p, section, _ in DEFINITION_TABLES if p == page}
+    if None in allowed:
+        return []
+    found, headings = [], []  # the headings above the line, outermost first: a section's subsections are in it
+    for line in text.splitlines():
+        h = re.match(r"^(#{1,6})\s+(.*?)\s*$", line)
+        if h:
+            headings = [(level, title) for level, title in headings if level < len(h[1])] + [(len(h[1]), h[2])]
+        elif (re.match(r"^\s*\|\s", line) and re.search(r"\d\.\d", line)
+              and not allowed & {title for _, title in headings}):
+            found.append(f"{page} ({headings[-1][1] if headings else None}): {line[:100]}")
+    return found
+
+
+def test_docs_type_no_measurement_in_a_table():
+    """A table row with a decimal number in docs/*.md is a measurement: it must come from a generated block.
+
+    Outside `<!-- generated from FILE -->` blocks, code fences and the DEFINITION_TABLES sections (formulas and
+    constants), no Markdown table row in docs/ may hold a decimal number — quote the results file instead.
+    """
+    found = []
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        found += _undeclared_measured_rows(doc.read_text(encoding="utf-8"), str(doc.relative_to(ROOT)))
+    assert not found, "typed measurements (quote their results file through a generated block):\n" + "\n".join(found)
+
+
+def test_the_measurement_rule_sees_typed_rows_and_skips_generated_ones():
+    text = ("# P\n\n## R\n\n| a | 1.5 |\n\n<!-- generated from r.md -->\n| b | 2.5 |\n<!-- end generated -->\n"
+            "\n```\n| c | 3.5 |\n```\n\n## The claims\n\n### One\n\n| d | 0.8 |\n")
+    assert _undeclared_measured_rows(text, "docs/x.md") == ["docs/x.md (R): | a | 1.5 |",
+                                                             "docs/x.md (One): | d | 0.8 |"]
+    assert _undeclared_measured_rows(text, "docs/lab.md") == ["docs/lab.md (R): | a | 1.5 |"]

@@ -43,6 +43,8 @@ if TYPE_CHECKING:  # torch is imported only when a command asks for a dtype/devi
     import torch
 
 NO_FILES = "-"
+#: Where a command whose result is a report folder writes it by default (``add_out``): runs/lab, runs/extend, …
+OUT_RULE = "runs/COMMAND in the current folder"
 DTYPES = ("float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
 
@@ -98,7 +100,7 @@ def add_position(parser: argparse.ArgumentParser, *, default: str | None = "sinu
     what = "comma list of position schemes, or 'all'" if many else "position scheme"
     parser.add_argument(
         "--position", default=default, type=position_names if many else position_name, metavar="NAME",
-        help=help or f"{what}: a name from `posenc schemes` or an alias (nope, absolute)"
+        help=help or f"{what}: a name from 'posenc schemes' or an alias (nope, absolute)"
                      + (f" (default: {default})" if default else ""))
     if options:
         parser.add_argument("--position-option", action="append", type=key_value, default=[], metavar="KEY=VALUE",
@@ -126,8 +128,17 @@ def add_quiet(parser: argparse.ArgumentParser) -> None:
 
 
 def add_out(parser: argparse.ArgumentParser, *, default: str | None, help: str | None = None) -> None:
-    """``--out DIR``; ``-`` means write no files. ``default=None``: no files unless asked."""
-    shown = f"default: {default}" if default not in (None, NO_FILES) else "default: no files"
+    """``--out DIR``; ``-`` means write no files. ``default=None``: no files unless asked.
+
+    One rule for every command, stated in each ``--out`` help (``OUT_RULE``): a command whose result is a report
+    folder (lab, lengthgen, extend, finetune grid, translate compare) writes it to ``runs/COMMAND`` under the
+    current folder; a command whose result is printed (bench, inspect, finetune run and search) writes files
+    only when ``--out`` is given; ``export``, whose folder is its result, requires ``--out``.
+    """
+    if default in (None, NO_FILES):
+        shown = "default: none, no files; a command that prints its result writes files only with --out"
+    else:
+        shown = f"default: {default}; a command whose result is a report folder writes it to {OUT_RULE}"
     parser.add_argument("--out", default=default, metavar="DIR",
                         help=f"{help or 'output folder'} ({shown}; '-' writes no files)")
 
@@ -337,3 +348,53 @@ def dtype_of(args: argparse.Namespace) -> "torch.dtype":
     import torch
 
     return getattr(torch, getattr(args, "dtype", "float32") or "float32")
+
+
+# -- help -----------------------------------------------------------------------------------------------
+def plain_text(text: str) -> str:
+    """``text`` without reStructuredText markup: ``x``, :func:`x` and `x` become x, ``Example::`` ends in one
+    colon."""
+    import re
+
+    text = re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", text)
+    text = re.sub(r"``(.*?)``", r"\1", text, flags=re.S)
+    text = re.sub(r"`([^`]*)`", r"\1", text)
+    return re.sub(r"::$", ":", text, flags=re.M)
+
+
+def command_help(doc: str | None = None, *, description: str | None = None,
+                 examples: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+    """``add_parser`` keywords for a command's help: a plain-text description and an ``examples:`` epilog.
+
+    ``doc`` (a module docstring, written for Sphinx) gives both: its prose, without markup, is the description
+    and its indented ``posenc …`` lines (with their ``\\`` continuations and ``#`` comment lines) are the
+    examples. ``description`` replaces the prose; ``examples`` come first in the epilog.
+    """
+    prose: list[str] = []
+    found: list[str] = []
+    in_example = False
+    for line in (doc or "").strip("\n").splitlines():  # a module docstring: no common indent to remove
+        stripped = line.strip()
+        indented = line.startswith(" ")
+        if indented and (stripped.startswith(("posenc ", "torchrun ")) or (in_example and (
+                stripped.startswith("#") or found and found[-1].endswith("\\")))):
+            if not in_example:  # "… exports as it was found:" now points below
+                last = next((i for i in range(len(prose) - 1, -1, -1) if prose[i].strip()), None)
+                if last is not None and prose[last].rstrip().endswith(":"):
+                    prose[last] = prose[last].rstrip().rstrip(":") + " (see the examples below)."
+            found.append(stripped if not stripped.startswith("-") else "    " + stripped)
+            in_example = True
+            continue
+        in_example = in_example and not stripped
+        if stripped in ("Example:", "Example::", "Examples:", "Examples::"):
+            continue
+        prose.append(line)
+    text = plain_text("\n".join(prose)).strip()
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    lines = [*examples, *(e for e in found if e not in examples)]
+    epilog = "examples:\n" + "\n".join("  " + plain_text(e) for e in lines) if lines else None
+    out: dict[str, Any] = {"epilog": epilog, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    if description is not None or doc is not None:  # else the caller gives description= itself
+        out["description"] = plain_text(description) if description is not None else text
+    return out

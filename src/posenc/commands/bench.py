@@ -8,8 +8,8 @@ import shlex
 import sys
 from typing import Any
 
-from posenc.cli_options import (add_json, add_out, add_quiet, add_seed, add_threads, apply_threads, hold_out,
-                                out_dir)
+from posenc.cli_options import (add_json, add_out, add_quiet, add_seed, add_threads, apply_threads, command_help,
+                                hold_out, out_dir)
 
 DEFAULT_SUITES = "rope,angles,additive,bias,attention,train,lab"
 
@@ -68,7 +68,10 @@ def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="time position application, attention and training against peers",
                        description="Time posenc against peer forms (HF, torchtune, Meta, torch.compile, "
                                    "naive attention, torch.nn.Transformer) in one interleaved run; print medians "
-                                   "and ratios to the copy floor and to each peer.")
+                                   "and ratios to the copy floor and to each peer.",
+                       **command_help(examples=("posenc bench                                    # ~2-3 min on 2 cores",
+                                                "posenc bench --size tiny --suites rope,bias --json -",
+                                                "posenc bench --full --out runs/bench")))
     p.add_argument("--suites", default=DEFAULT_SUITES,
                    help=f"comma-separated suites (default: {DEFAULT_SUITES}); also: compile "
                         "(eager vs torch.compile training and decoding, minutes of C++ builds)")

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from posenc.cli_options import add_position, add_seed, position_options
+from posenc.cli_options import add_position, add_seed, command_help, position_options
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,12 +32,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("demo", help="build a small model and print what it built")
-    p.add_argument("--kind", choices=["encoder-decoder", "decoder-only"], default="encoder-decoder")
+    p = sub.add_parser("demo", help="build a small model and print what it built",
+                       **command_help(description="Build a small untrained model with the chosen position scheme, "
+                                      "print what it built (layers, widths, the scheme and its options) as JSON, "
+                                      "then greedily continue a random 5-token prompt by 8 tokens. Seconds on a CPU; "
+                                      "writes no files.",
+                                      examples=("posenc demo",
+                                                "posenc demo --kind decoder-only --position rope-yarn "
+                                                "--position-option factor=4",
+                                                "posenc demo --position nope --dim 128 --heads 8")))
+    p.add_argument("--kind", choices=["encoder-decoder", "decoder-only"], default="encoder-decoder",
+                   help="model shape (default encoder-decoder)")
     add_position(p, default="sinusoidal")
-    p.add_argument("--dim", type=int, default=64)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--vocab", type=int, default=100)
+    p.add_argument("--dim", type=int, default=64, help="model width (default 64)")
+    p.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    p.add_argument("--layers", type=int, default=2, help="layers, each of encoder and decoder (default 2)")
+    p.add_argument("--vocab", type=int, default=100, help="vocabulary size (default 100)")
     add_seed(p, help="seed of the random weights and prompt")
     p.set_defaults(func=run)

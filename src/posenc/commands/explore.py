@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from posenc.cli_options import add_quiet, add_threads
+from posenc.cli_options import add_quiet, add_threads, command_help
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +49,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("explore", help="an interactive page: change a scheme and watch positions act (ko/en)",
                        description="Serve a local page where you pick a position scheme and its options, d, base, "
                        "L and positions, and watch the position table, the distance profile, the similarity matrix, "
-                       "the attention logits and the scheme's property row change. Korean and English.")
+                       "the attention logits and the scheme's property row change. Korean and English.",
+                       **command_help(examples=(
+                           "posenc explore                         # http://127.0.0.1:8765/ in the default browser",
+                           "posenc explore --port 0 --no-browser   # any free port; print the address only",
+                           "posenc explore --host 0.0.0.0          # reachable from other machines (a warning says so)")))
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1: this machine only; others get a warning)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks any free port)")

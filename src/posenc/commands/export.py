@@ -2,7 +2,7 @@
 
     posenc export SmolLM2-135M-Instruct.Q4_1.gguf --position rope-yarn --position-option factor=2 --out smollm2-yarn2
 
-writes ``smollm2-yarn2/`` (config.json with the matching ``rope_parameters`` and transformers 4's
+The first example writes ``smollm2-yarn2/`` (config.json with the matching ``rope_parameters`` and transformers 4's
 ``rope_scaling`` beside it, model.safetensors, tokenizer.json, tokenizer_config.json, special_tokens_map.json and
 chat_template.jinja: the chat template, special tokens and BOS rule transformers needs) and
 ``smollm2-yarn2/model.gguf`` (llama.cpp's ``rope.scaling.*`` keys). A scheme with no spelling in a format is refused
@@ -37,18 +37,18 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from posenc.cli_options import DTYPES, add_json, add_position, add_quiet
+    from posenc.cli_options import DTYPES, add_json, add_position, add_quiet, command_help
     from posenc.extend.export import GGUF_OUT_TYPES
     from posenc.extend.methods import LAYER_CHOICES
 
     p = sub.add_parser("export", help="write a checkpoint with a RoPE scaling as an HF folder and a GGUF",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       **command_help(__doc__))
     p.add_argument("model", metavar="MODEL", help="HF model folder (config.json + safetensors + tokenizer.json) or .gguf")
     add_position(p, default="rope", help="the scheme to write: rope, rope-ntk, rope-linear, rope-yarn, rope-llama3 "
                                          "and rope-longrope (HF only); others are refused by name (default: rope)")
     p.add_argument("--setting", default=None, metavar="FILE",
                    help="a JSON file with the scheme ('method' or 'position') and its 'options', e.g. the "
-                        "result.json of `posenc finetune search` (LongRoPE); replaces --position")
+                        "result.json of 'posenc finetune search' (LongRoPE); replaces --position")
     p.add_argument("--format", default="hf,gguf", metavar="hf,gguf",
                    help="which outputs: hf, gguf or both (default both)")
     p.add_argument("--layers", choices=LAYER_CHOICES, default=None,
@@ -62,7 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="requantise the GGUF's matrices (norms stay f32) from the dequantised weights (default: keep "
                         "the source's own types, a GGUF source's blocks byte for byte)")
     p.add_argument("--out", required=True, metavar="DIR",
-                   help="output folder, new or empty, outside the source (the GGUF is DIR/model.gguf)")
+                   help="output folder, new or empty, outside the source (the GGUF is DIR/model.gguf); required: the "
+                        "folder is export's result (commands whose result is a report folder default to "
+                        "runs/COMMAND)")
     p.add_argument("--force", action="store_true",
                    help="write into an --out that holds files: an earlier export's files are replaced, and those this "
                         "export does not write are removed")

@@ -53,14 +53,17 @@ def _csv(kind: type, flag: str, *, above: float = 0, choices: tuple[str, ...] | 
 
 def register(sub: argparse._SubParsersAction) -> None:
     from posenc.cli_options import (add_device, add_dtype, add_force, add_json, add_out, add_quiet, add_seed,
-                                    add_threads)
+                                    add_threads, command_help)
     from posenc.extend.methods import FAMILY_LAYERS, LAYER_CHOICES, METHODS
     from posenc.extend.retrieval import DEPTH_MODES, TASKS
     from posenc.families.hf_config import MAX_CONTEXT
     from posenc.validation import int_at_least
 
     p = sub.add_parser("extend", help="context extension on a real model: loss by position and passkey per RoPE scaling",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       **command_help(__doc__, examples=(
+                           "posenc extend smollm2 --quick                      # minutes: the pipeline, shortened",
+                           "posenc extend SmolLM2-135M-Instruct.Q4_1.gguf --methods rope,rope-yarn --factors 2,4",
+                           "posenc extend gemma3 --shard 0/4 --out runs/extend  # a quarter of the grid")))
     p.add_argument("model", metavar="MODEL", help="HF model folder (config.json + safetensors + tokenizer.json) or .gguf")
     p.add_argument("--text", action="append", metavar="FILE|bible|licenses",
                    help="long document for loss by position (repeatable; default: bible and licenses). bible = "
@@ -107,7 +110,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"on the first text; passkey at min(L0/2, {QUICK_TOKENS // 2}) and min(2·L0, {QUICK_TOKENS}) "
                         "with 2 trials); L0 stays the model's, and the report says what was shortened")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the cells in --out")
-    add_out(p, default=DEFAULT_OUT)
+    add_out(p, default=DEFAULT_OUT, help="report folder: cells/, results.json, results.md, index.html")
     add_json(p, help="also write the summary as JSON to FILE ('-': print it on stdout)")
     add_seed(p, help="seeds the passkey keys and depths")
     add_threads(p, help="torch intra-op threads (default: torch's choice; the recorded run used 1)")

@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from posenc.cli_options import (add_device, add_dtype, add_force, add_json, add_out, add_quiet, add_seed, add_threads,
-                                apply_threads, key_value)
+                                apply_threads, command_help, key_value)
 from posenc.malloc import pin_mmap_threshold
 from posenc.validation import int_at_least
 
@@ -239,10 +239,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     from posenc.extend.methods import METHODS
 
     p = sub.add_parser("finetune", help="extend a model's context by training: fine-tune, search LongRoPE, replicate",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       **command_help(__doc__))
     fsub = p.add_subparsers(dest="finetune_command", required=True, metavar="ACTION")
 
-    q = fsub.add_parser("run", help="fine-tune MODEL at a longer length with one method (full or LoRA)")
+    q = fsub.add_parser("run", help="fine-tune MODEL at a longer length with one method (full or LoRA)",
+                        **command_help(description=(
+                            "Fine-tune MODEL (a posenc run directory, HF model folder or .gguf) on windows of "
+                            "--length tokens with one context-extension method at factor --factor: full fine-tuning, "
+                            "or LoRA with --lora-rank. Loss by position and passkey retrieval are measured before and "
+                            "after (--eval-every: also during). Checkpoints go to --out; --resume continues exactly. "
+                            "Under torchrun the run is data-parallel (DDP, or FSDP with --fsdp)."),
+                            examples=("posenc finetune run MODEL --method rope-yarn --factor 4 --steps 200 "
+                                      "--out runs/ft-yarn",
+                                      "posenc finetune run smollm2 --method rope-yarn --factor 8 --length 16384 "
+                                      "--lora-rank 8 --grad-checkpoint --out runs/smollm2-lora",
+                                      "posenc finetune run MODEL --method rope-longrope --longrope runs/longrope-x4 "
+                                      "--factor 4 --out runs/ft-longrope")))
     q.add_argument("model", metavar="MODEL", help="posenc run directory, HF model folder or .gguf")
     q.add_argument("--method", default="rope-yarn",
                    help=f"{', '.join(METHODS)} or rope-longrope with --longrope (default rope-yarn)")
@@ -282,7 +294,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--fsdp", action="store_true",
                    help="under torchrun: shard weights, gradients and AdamW state over the processes (FSDP2) "
                         "instead of replicating them (DDP); same result and checkpoints")
-    add_out(q, default=None, help="run folder: checkpoints/, before.json, result.json")
+    add_out(q, default=None, help="run folder: checkpoints/, before.json, result.json (--resume needs it)")
     add_json(q)
     add_seed(q, help="seeds the training windows and the passkey trials")
     add_threads(q)
@@ -292,7 +304,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_force(q)
     q.set_defaults(func=run_finetune)
 
-    q = fsub.add_parser("search", help="LongRoPE's evolutionary search for per-pair factors against MODEL")
+    q = fsub.add_parser("search", help="LongRoPE's evolutionary search for per-pair factors against MODEL",
+                        **command_help(description=(
+                            "LongRoPE's evolutionary search: find per-pair rescale factors (and the count of "
+                            "unscaled start tokens) that give MODEL the lowest perplexity at factor --factor, scored "
+                            "on --samples windows of --length tokens. With --out the state is saved every generation "
+                            "and the same command resumes; the result.json is what 'finetune run --longrope' and "
+                            "'posenc export --setting' read."),
+                            examples=("posenc finetune search MODEL --factor 4 --out runs/longrope-x4",
+                                      "posenc finetune search smollm2 --factor 2 --population 8 --generations 2 "
+                                      "--json -")))
     q.add_argument("model", metavar="MODEL", help="posenc run directory, HF model folder or .gguf")
     q.add_argument("--factor", type=_positive_float, required=True, help="extension factor s")
     q.add_argument("--original-max-len", type=int_at_least(2), default=None, metavar="L0", help="L0 (default: the "
@@ -316,7 +337,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.set_defaults(func=run_search)
 
     q = fsub.add_parser("grid", help="the mini-scale replication: pretrain at L0, search, fine-tune every cell, "
-                                     "report")
+                                     "report",
+                        **command_help(description=(
+                            "The mini-scale replication of the context-extension papers: pretrain a small model at "
+                            "L0, run the LongRoPE search, fine-tune every (method, factor, steps, seed) cell and "
+                            "write the report. Cells are saved as they finish; the same command continues. --shard "
+                            "splits the cells between processes."),
+                            examples=("posenc finetune grid --quick                     # the smallest slice",
+                                      "posenc finetune grid --out runs/replication --shard 0/2",
+                                      "posenc finetune grid --out runs/replication --shard any  # cells as a queue")))
     q.add_argument("--quick", action="store_true", help="the smallest slice (2 layers × 64, L0 = 64, one seed)")
     q.add_argument("--set", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                    help="a setting of the replication (repeatable), e.g. seeds=[0,1] or steps=[0,50]")
@@ -326,7 +355,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="INDEX/COUNT: cells INDEX, INDEX+COUNT, … (shard 0 also pretrains and searches); or any: "
                         "processes sharing --out take the cells as a queue, each the next cell no other holds "
                         "(after --stage pretrain --stage search; the report after the last)")
-    add_out(q, default=None, help="the replication's folder")
+    add_out(q, default="runs/finetune-grid", help="the replication's report folder: pretrain/, cells, results.md")
     add_threads(q)
     add_quiet(q)
     add_force(q)

@@ -13,8 +13,8 @@ import sys
 import time
 from typing import Any
 
-from posenc.cli_options import (add_device, add_dtype, add_json, add_quiet, add_threads, apply_threads, device_of,
-                                dtype_of, json_to_stdout, write_json)
+from posenc.cli_options import (add_device, add_dtype, add_json, add_quiet, add_threads, apply_threads,
+                                command_help, device_of, dtype_of, json_to_stdout, write_json)
 
 def add_model_flags(p: argparse.ArgumentParser) -> None:
     """MODEL and the flags every command that runs a pretrained model shares."""
@@ -167,7 +167,12 @@ def register(sub: Any) -> None:
     p = sub.add_parser("generate", help="continue a prompt with a pretrained Llama-family model (HF folder or GGUF)",
                        description="Load a Llama/Mistral/Qwen2-family checkpoint (HF folder or .gguf) into posenc's "
                                    "own modules and continue a prompt: greedy by default, sampling with "
-                                   "--temperature. Prints the text, then the speed (tokens/s) on stderr.")
+                                   "--temperature. Prints the text, then the speed (tokens/s) on stderr.",
+                       **command_help(examples=('posenc generate smollm2 --prompt "The capital of France is"',
+                                                'posenc generate smollm2 --chat --prompt "Name three colours." '
+                                                '--temperature 0.7 --seed 1',
+                                                'posenc generate model.gguf --prompt "Once upon a time" '
+                                                '--max-new-tokens 32 --json -')))
     add_model_flags(p)
     p.add_argument("--prompt", required=True, help="the text to continue (the user message with --chat)")
     p.add_argument("--max-new-tokens", type=int_at_least(0, MAX_CONTEXT), default=64, metavar="N",

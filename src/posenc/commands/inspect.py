@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from posenc.cli_options import add_force, add_json, add_out, add_seed, hold_out, json_to_stdout, out_dir, write_json
+from posenc.cli_options import (add_force, add_json, add_out, add_seed, command_help, hold_out, json_to_stdout,
+                                out_dir, write_json)
 from posenc.validation import check_output, dumps, int_at_least, seed_arg
 
 
@@ -62,7 +63,10 @@ def register(sub: Any) -> None:
                                    "checkpoint (file, shard index, or folder with config.json), a llama.cpp "
                                    ".gguf file (config from its metadata, tables dequantised) or a CTranslate2 "
                                    "model folder (model.bin: faster-whisper's Whisper) and measure them. "
-                                   "Pickle-based files are refused.")
+                                   "Pickle-based files are refused.",
+                       **command_help(examples=("posenc inspect smollm2",
+                                                "posenc inspect gpt2/model.safetensors --out runs/inspect-gpt2",
+                                                "posenc inspect model.gguf --list-tensors")))
     p.add_argument("path", help="a .safetensors file, a *.safetensors.index.json, a model folder, a .gguf file, "
                                 "or a CTranslate2 model folder")
     add_json(p, help="write the measurements as JSON to FILE ('-': print them instead of the summary)")

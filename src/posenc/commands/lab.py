@@ -1,6 +1,6 @@
 """``posenc lab``: run every measured claim of the source articles and report it.
 
-    posenc lab                          # all experiments, table + lab-report/index.html
+    posenc lab                          # all experiments, table + runs/lab/index.html
     posenc lab --only sinusoid-norm,not-monotonic --dim 128 --length 2048
     posenc lab --json - --out -         # one JSON object on stdout, no files
     posenc lab properties               # the property table of every registered scheme
@@ -15,8 +15,8 @@ import argparse
 import sys
 from typing import Any
 
-from posenc.cli_options import (add_force, add_json, add_out, add_quiet, add_seed, hold_out, json_to_stdout, out_dir,
-                                write_json)
+from posenc.cli_options import (add_force, add_json, add_out, add_quiet, add_seed, command_help, hold_out,
+                                json_to_stdout, out_dir, write_json)
 from posenc.validation import check_output, dumps, parse_list
 
 
@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("lab", help="reproduce every measured claim of the source articles",
-                       description="Run the lab's experiments — each a claim of the source articles, measured "
-                                   "and checked (docs/lab.md lists them) — and report them.")
+                       **command_help(__doc__, description="Run the lab's experiments, each a claim of the source "
+                                      "articles measured and checked (docs/lab.md lists them), and report them."))
     p.add_argument("what", nargs="?", choices=["run", "properties"], default="run",
                    help="'run' (default): the experiments; 'properties': the property table of every scheme")
     p.add_argument("--only", metavar="ID[,ID...]", help="run only these experiment ids")
@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
     p.add_argument("--length", type=int, default=512, help="number of positions L (default 512)")
     p.add_argument("--base", type=float, default=10000.0, help="sinusoid/RoPE base (default 10000)")
     add_seed(p, help="seed for every random table and weight")
-    add_out(p, default="lab-report", help="write index.html, figures and results.json here")
+    add_out(p, default="runs/lab", help="report folder: index.html, figures and results.json")
     add_json(p, help="write every finding as one JSON object to FILE ('-': print it instead of the table)")
     p.add_argument("--lang", metavar="en|ko",
                    help="language of the table, the verdicts and the report's first view: 'en' or 'ko' (default: "

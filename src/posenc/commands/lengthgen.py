@@ -226,15 +226,16 @@ def _run(args: argparse.Namespace, grid: Any, out: Any, *, is_main: bool) -> int
 
 
 def register(sub: Any) -> None:
+    from posenc.cli_options import command_help
     from posenc.lengthgen import SCHEMES, TASKS
 
     p = sub.add_parser("lengthgen", help="length-generalisation benchmark across position schemes",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       **command_help(__doc__))
     p.add_argument("--task", default=",".join(TASKS), help=f"comma list of tasks (default {','.join(TASKS)})")
     add_position(p, default=",".join(SCHEMES), many=True, options=False)
     p.add_argument("--seeds", default="0,1,2", help="comma list of seeds (default 0,1,2)")
     p.add_argument("--quick", action="store_true", help="a small preset that runs in minutes on 2 cores")
-    add_out(p, default="lengthgen-report", help="output folder: cells/, checkpoints/ of running cells, the report")
+    add_out(p, default="runs/lengthgen", help="report folder: cells/, checkpoints/ of running cells, the report")
     p.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
                    help="run only cells I, I+N, … (split a grid across machines; then --report-only)")
     p.add_argument("--jobs", type=int_at_least(1, 256), default=1, help="run the grid as N local processes, then one report")

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from posenc.cli_options import json_to_stdout, write_json
+from posenc.cli_options import command_help, json_to_stdout, write_json
 from posenc.commands.generate import add_model_flags, load_model, position_text
 
 
@@ -167,7 +167,11 @@ def register(sub: Any) -> None:
                        description="Score every token of a UTF-8 text file with a pretrained Llama-family model "
                                    "(HF folder or .gguf) in windows of --window tokens every --stride tokens; "
                                    "print the perplexity and the number of tokens scored; --per-token writes "
-                                   "each scored token's loss.")
+                                   "each scored token's loss.",
+                       **command_help(examples=("posenc perplexity smollm2 book.txt",
+                                                "posenc perplexity model.gguf book.txt --window 2048 --stride 1024 "
+                                                "--max-tokens 20000",
+                                                "posenc perplexity smollm2 book.txt --per-token losses.jsonl --json -")))
     add_model_flags(p)
     p.add_argument("file", metavar="FILE", help="a UTF-8 text file")
     p.add_argument("--window", type=int_at_least(2, MAX_CONTEXT), metavar="T",

@@ -14,7 +14,7 @@ import argparse
 import math
 from typing import Any
 
-from posenc.cli_options import add_json, json_to_stdout, write_json
+from posenc.cli_options import add_json, command_help, json_to_stdout, write_json
 from posenc.validation import parse_list
 
 
@@ -129,7 +129,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("rope", help="a model's RoPE per layer type: frequencies, precision, HF check; or a calculator")
+    p = sub.add_parser("rope", help="a model's RoPE per layer type: frequencies, precision, HF check; or a calculator",
+                       **command_help(__doc__, description=(
+                           "Read a model's rotary position settings (config.json of any model_type, a model folder "
+                           "or a .gguf file) and print, for each layer type: the scheme and its options, the "
+                           "frequencies and wavelengths, the float32 precision of the angles at chosen positions "
+                           "against float64, and whether transformers' own functions give the same frequencies. "
+                           "With --calc, a calculator instead: a context-extension method's HF rope_parameters "
+                           "block, GGUF keys and llama.cpp flags for a target length.")))
     p.add_argument("source", nargs="?", default=None, metavar="CONFIG|MODEL",
                    help="config.json (any model_type), a model folder holding one, or a .gguf file")
     p.add_argument("--positions", default=None,

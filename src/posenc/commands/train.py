@@ -12,7 +12,8 @@ import argparse
 import sys
 from typing import Any
 
-from posenc.cli_options import add_json, add_position, add_quiet, add_seed, add_threads, json_to_stdout, write_json
+from posenc.cli_options import (add_json, add_position, add_quiet, add_seed, add_threads, command_help, json_to_stdout,
+                                write_json)
 from posenc.commands.lengthgen import add_cell_args, check_task_options, config_from_args, set_threads
 from posenc.malloc import pin_mmap_threshold
 from posenc.validation import int_at_least
@@ -64,11 +65,11 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("train", help="train one model on a synthetic task (checkpoints, --resume)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="copy", help="copy, reverse, sort, addition or scan")
+                       **command_help(__doc__, examples=("posenc train --task copy --position rope --quick",)))
+    p.add_argument("--task", default="copy", help="copy, reverse, sort, addition or scan (default copy)")
     add_position(p, default="rope", options=False)
     add_seed(p, help="seed of the weights and the training data")
-    p.add_argument("--quick", action="store_true", help="the small preset of `lengthgen --quick`")
+    p.add_argument("--quick", action="store_true", help="the small preset of 'posenc lengthgen --quick'")
     p.add_argument("--checkpoint-dir", default=None, help="save here (at the end, every --checkpoint-every, on Ctrl-C)")
     p.add_argument("--checkpoint-every", type=int_at_least(0), default=0, help="also save every N steps (0: at the end and on Ctrl-C)")
     p.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir exactly")

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from posenc.cli_options import (add_out, add_position, add_quiet, add_seed, add_threads, apply_threads, hold_out,
-                                out_dir)
+from posenc.cli_options import (add_out, add_position, add_quiet, add_seed, add_threads, apply_threads, command_help,
+                                hold_out, out_dir)
 from posenc.validation import check_output, positive_int
 
 BACKBONES = ("posenc", "torch")
@@ -168,29 +168,49 @@ def _decode_args(p: argparse.ArgumentParser, beam: int = 4) -> None:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("translate", help="English→Spanish translation on real text (SWORD Bibles), scored with sacreBLEU",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       **command_help(__doc__))
     add_threads(p)
-    p.epilog = ("Defaults are the CPU-sized run recorded in benchmarks/translation/ (d=128, 2+2 layers, BPE 4000, "
-                "250 updates of ≤2000 padded tokens per side).")
+    p.epilog += ("\n\nDefaults are the CPU-sized run recorded in benchmarks/translation/ (d=128, 2+2 layers, BPE "
+                 "4000, 250 updates of ≤2000 padded tokens per side).")
     tsub = p.add_subparsers(dest="translate_command", required=True, metavar="ACTION")
 
-    q = tsub.add_parser("prepare", help="read the SWORD modules, align by reference, split, train BPE")
+    q = tsub.add_parser("prepare", help="read the SWORD modules, align by reference, split, train BPE",
+                        **command_help(description=(
+                            "Read the source and target SWORD Bible modules, align their verses by reference, hold "
+                            "out whole chapters (or books) for validation and test, and train the BPE tokenizer; "
+                            "the result goes to --data and is reused by train, eval and compare. Prints what it "
+                            "built as JSON."),
+                            examples=("posenc translate prepare --data runs/bible",
+                                      "posenc translate prepare --data runs/bible-books --split books "
+                                      "--test-books Ruth,Jonah,Phlm")))
     _data_args(q)
     q.set_defaults(func=run_prepare)
 
-    q = tsub.add_parser("train", help="train one model")
+    q = tsub.add_parser("train", help="train one model",
+                        **command_help(description=(
+                            "Train one English-to-Spanish model on the --data split (prepared first if missing): "
+                            "posenc's encoder-decoder with a chosen position scheme, or the torch.nn.Transformer "
+                            "baseline. Checkpoints and run.json go to --run; --resume continues."),
+                            examples=("posenc translate train --data runs/bible --run runs/rope --position rope",
+                                      "posenc translate train --data runs/bible --run runs/torch --model torch")))
     _data_args(q)
     _model_args(q)
     q.add_argument("--run", required=True, help="run directory (checkpoints, run.json)")
     q.add_argument("--model", choices=BACKBONES, default="posenc",
                    help="posenc's EncoderDecoder (default) or the torch.nn.Transformer baseline (sinusoidal only)")
     add_position(q, default=None, help="position scheme of the posenc model (default sinusoidal); a name from "
-                                       "`posenc schemes` or an alias (nope, absolute)")
+                                       "'posenc schemes' or an alias (nope, absolute)")
     q.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     add_quiet(q)
     q.set_defaults(func=run_train)
 
-    q = tsub.add_parser("eval", help="score a trained run on the held-out sets with sacreBLEU BLEU and chrF")
+    q = tsub.add_parser("eval", help="score a trained run on the held-out sets with sacreBLEU BLEU and chrF",
+                        **command_help(description=(
+                            "Translate the held-out sets of a trained --run with beam search and score them with "
+                            "sacreBLEU's BLEU and chrF: test (held-out chapters), long (the longest sentences) and "
+                            "x3 (three test sentences joined, longer than any training pair)."),
+                            examples=("posenc translate eval --run runs/rope --beam 4",
+                                      "posenc translate eval --run runs/rope --sets test --limit 100")))
     q.add_argument("--run", required=True)
     _decode_args(q)
     q.add_argument("--sets", default="test,long,x3", help="comma-separated: test, long, x3")
@@ -199,13 +219,25 @@ def register(sub: Any) -> None:
     add_quiet(q)
     q.set_defaults(func=run_eval)
 
-    q = tsub.add_parser("translate", help="translate sentences (arguments or stdin)")
+    q = tsub.add_parser("translate", help="translate sentences (arguments or stdin)",
+                        **command_help(description=(
+                            "Translate English sentences with a trained --run: each argument, or each non-empty line "
+                            "of standard input, printed in Spanish one per line."),
+                            examples=('posenc translate translate --run runs/rope "In the beginning was the Word."',
+                                      "posenc translate translate --run runs/rope --beam 1 < sentences.txt")))
     q.add_argument("--run", required=True)
     _decode_args(q)
     q.add_argument("text", nargs="*")
     q.set_defaults(func=run_translate)
 
-    q = tsub.add_parser("compare", help="train several models at one budget and tabulate BLEU/chrF")
+    q = tsub.add_parser("compare", help="train several models at one budget and tabulate BLEU/chrF",
+                        **command_help(description=(
+                            "Train one model per implementation and position scheme at the same budget on the same "
+                            "split, score each like eval, and write a table of BLEU and chrF (results.md, "
+                            "results.json) and the validation curves (curves.png) to --out."),
+                            examples=("posenc translate compare --data runs/bible",
+                                      "posenc translate compare --data runs/bible --model posenc --position rope,alibi "
+                                      "--steps 100 --out runs/cmp")))
     _data_args(q)
     _model_args(q)
     _decode_args(q, beam=1)

@@ -1,33 +1,34 @@
-"""The course notebooks (notebooks/*.ipynb): each runs top to bottom in a fresh Jupyter kernel, and every
-number it prints equals what ``posenc lab --json -`` gives at the same settings.
+"""The course book (notebooks/ko, notebooks/en, built from notebooks/source by scripts/build_notebooks.py).
 
-How the numbers are compared: every result a notebook prints is ``posenc.lab.course.render`` of one finding,
-ending with the ``posenc lab --only ID --dim … --seed … --json - --out -`` command that gives the same numbers.
-The test reads those commands from the executed notebook, runs each settings group once through
-``posenc.cli.main`` (what the console script ``posenc`` calls), renders every JSON record the same way and
-requires the notebook's printed block to be exactly that text. The property table printed by notebook 3 is
-compared with ``posenc lab properties --json -`` the same way.
+* Every notebook is built from its source and run top to bottom in a fresh Jupyter kernel, both languages; its
+  outputs equal the committed ones apart from timings and memory addresses (``build_notebooks.comparable``), so the
+  committed outputs are what ``make notebooks`` gives.
+* Every lab result a notebook prints (``course.show``: a block ending with its ``posenc lab … --json - --out -``
+  command) is exactly what that command's JSON renders to; the notebooks' own computations assert their agreement
+  with the lab's numbers inside the notebook (an assertion error fails the run).
+* Every exercise's reference solution passes its hidden check and its wrong answer fails it, in both languages.
+* Korean renders in figures: matplotlib finds a Korean font and draws Hangul without a missing-glyph warning.
 
 Skipped, saying why, where nbclient, nbformat or ipykernel is missing (``pip install -e '.[test]'``).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
-import os
 import re
-import resource
 import shlex
 import time
+import warnings
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import posenc
 from posenc.cli import main
+from posenc.lab import book
 from posenc.lab.core import LabConfig
 from posenc.lab.course import CHAPTERS, render
 from posenc.lab.experiments import EXPERIMENTS
@@ -35,49 +36,116 @@ from posenc.lab.i18n import ui
 from posenc.lab.report import property_text
 
 nbformat = pytest.importorskip("nbformat", reason="nbformat not installed (pip install -e '.[test]')")
-nbclient = pytest.importorskip("nbclient", reason="nbclient not installed (pip install -e '.[test]')")
+pytest.importorskip("nbclient", reason="nbclient not installed (pip install -e '.[test]')")
 pytest.importorskip("ipykernel", reason="ipykernel not installed (pip install -e '.[test]'): no kernel to run in")
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The language each notebook's kernel speaks (its locale, which ``course.language()`` follows): each notebook
-#: runs once, and both output languages are exercised end to end.
-KERNEL_LANG = {"000": "ko", "001": "en", "002": "ko", "003": "en"}
-LOCALE = {"ko": "ko_KR.UTF-8", "en": "en_US.UTF-8"}
+_spec = importlib.util.spec_from_file_location("build_notebooks", ROOT / "scripts" / "build_notebooks.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
+CHAPTER_MODULES = build.chapters()
+CASES = [(c, lang) for c in CHAPTER_MODULES for lang in build.LANGS]
 COMMAND = re.compile(r"posenc lab (?:--only (?P<id>\S+)|(?P<properties>properties)) (?P<flags>--dim .*--out -)$")
 
 
+def ids(case: tuple[Any, str]) -> str:
+    return f"{case[0].SLUG}-{case[1]}"
+
+
 def printed(nb: Any) -> str:
-    """Everything the notebook's code cells printed, in order."""
     return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
                    for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
 @pytest.fixture(scope="module")
-def executed() -> dict[str, tuple[Any, str, float]]:
-    """Each chapter's notebook executed in its own kernel: (notebook, printed text, CPU seconds of its kernel)."""
-    src = str(Path(posenc.__file__).resolve().parents[1])  # the kernel imports the posenc these tests import
+def executed() -> dict[tuple[str, str], Any]:
+    """Each notebook built from its source and executed in a fresh kernel."""
     runs = {}
-    for article, chapter in CHAPTERS.items():
-        nb = nbformat.read(ROOT / chapter.notebook, as_version=4)
-        env = {**os.environ, "LC_ALL": "", "LC_MESSAGES": "", "LANG": LOCALE[KERNEL_LANG[article]],
-               "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               "MPLBACKEND": "agg"}
-        client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=600,
-                                         resources={"metadata": {"path": str(ROOT / "notebooks")}})
-        start, wall = _children_cpu(), time.perf_counter()
-        client.execute(env=env)  # the kernel has exited (and been reaped) when this returns
-        runs[article] = (nb, printed(nb), _children_cpu() - start)
-        print(f"{chapter.notebook}: {runs[article][2]:.1f} s CPU, {time.perf_counter() - wall:.1f} s wall")
+    for chapter, lang in CASES:
+        start = time.perf_counter()
+        runs[chapter.SLUG, lang] = build.execute(build.notebook(chapter, lang), lang)
+        print(f"{chapter.SLUG} ({lang}): {time.perf_counter() - start:.1f} s")
     return runs
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def committed(chapter: Any, lang: str) -> Any:
+    return nbformat.read(build.path_of(chapter, lang), as_version=4)
+
+
+@pytest.mark.parametrize("case", CASES, ids=ids)
+def test_committed_notebook_is_its_source_with_outputs(case):
+    """The committed notebook has the cells the source builds, every code cell run once, in order, without errors."""
+    chapter, lang = case
+    nb = committed(chapter, lang)
+    nbformat.validate(nb)
+    fresh = build.notebook(chapter, lang)
+    assert [(c.cell_type, c.source) for c in nb.cells] == [(c.cell_type, c.source) for c in fresh.cells], \
+        f"{build.path_of(chapter, lang)} is stale: run `make notebooks`"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run top to bottom once"
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert any("image/png" in o.get("data", {}) for c in code for o in c.outputs), "no figure"
+    source = "\n".join(c.source for c in code)
+    assert "torch.testing.assert_close" in source or "assert " in source
+    assert f'LANG = "{lang}"' in source
+    if lang == "ko":  # the prose and the figure labels speak Korean
+        assert re.search(r"[가-힣]", "\n".join(c.source for c in nb.cells if c.cell_type == "markdown"))
+
+
+def test_every_claim_and_exercise_is_in_the_book():
+    shown, exercises = [], []
+    for chapter in CHAPTER_MODULES:
+        source = "\n".join(c.en for c in chapter.CELLS if c.kind == "code")
+        shown += re.findall(r'course\.claim\("([^"]+)"\)\ncourse\.show', source)
+        exercises += re.findall(r'book\.check\("([^"]+)", answer, LANG\)', source)
+        assert 2 <= len(re.findall(r"book\.check\(", source)) <= 4, chapter.SLUG
+    assert sorted(shown) == sorted(EXPERIMENTS) and len(shown) == len(set(shown))
+    assert sorted(exercises) == sorted(book.EXERCISES)
+    assert sorted(c for ch in CHAPTERS.values() for c in ch.claims) == sorted(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("lang", ["ko", "en"])
+@pytest.mark.parametrize("exercise_id", list(book.EXERCISES))
+def test_exercise_checks_pass_the_solution_and_fail_the_wrong_answer(exercise_id, lang, capsys):
+    ex = book.EXERCISES[exercise_id]
+    assert book.check(exercise_id, book.solution_value(ex.solution), lang) is True
+    with pytest.raises(AssertionError, match=f"✗ {re.escape(exercise_id)} — ") as err:
+        book.check(exercise_id, book.solution_value(ex.wrong), lang)
+    assert bool(re.search(r"[가-힣]", str(err.value))) == (lang == "ko")
+    assert book.check(exercise_id, ..., lang) is False
+    assert "✓" in capsys.readouterr().out
+
+
+def test_korean_renders_in_figures_without_missing_glyphs():
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+    from matplotlib import font_manager
+
+    name, path = book.korean_font()
+    assert Path(path).is_file()
+    assert font_manager.findfont(font_manager.FontProperties(family=name), fallback_to_default=False) == path
+    book.setup("ko")
+    fig, ax = plt.subplots()
+    ax.set_title("위치 인코딩 — 사인파 표")
+    ax.set_xlabel("위치 i")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Glyph … missing from font(s)" would be a UserWarning
+        fig.canvas.draw()
+    plt.close(fig)
+
+
+def lab_json(command: str) -> dict[str, Any]:
+    args = shlex.split(command)
+    assert args[:2] == ["posenc", "lab"], command
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main([*args[1:], "--quiet"]) == 0, command
+    return json.loads(out.getvalue())
 
 
 def blocks(text: str, lang: str) -> list[tuple[str, str]]:
-    """(command, printed block) for every finding the text shows: from its '■ id' line to its command line."""
     marker = f"  {ui('command', lang)} "
     found, current = [], None
     for line in text.splitlines():
@@ -91,85 +159,41 @@ def blocks(text: str, lang: str) -> list[tuple[str, str]]:
     return found
 
 
-def lab_json(command: str) -> dict[str, Any]:
-    """Run ``command`` (a ``posenc lab … --json - --out -`` line) through the CLI and parse its stdout."""
-    args = shlex.split(command)
-    assert args[:2] == ["posenc", "lab"], command
-    out = io.StringIO()
-    with redirect_stdout(out):
-        assert main([*args[1:], "--quiet"]) == 0, command
-    return json.loads(out.getvalue())
+@pytest.mark.slow
+def test_fresh_run_equals_the_committed_outputs(executed):
+    for chapter, lang in CASES:
+        assert build.comparable(executed[chapter.SLUG, lang]) == build.comparable(committed(chapter, lang)), \
+            f"{build.path_of(chapter, lang)}: outputs differ from a fresh run (run `make notebooks`)"
 
 
 @pytest.mark.slow
-def test_every_notebook_runs_top_to_bottom(executed):
-    total = 0.0
-    for article, (nb, text, seconds) in executed.items():
-        lang = KERNEL_LANG[article]
-        code = [c for c in nb.cells if c.cell_type == "code"]
-        assert code and all(c.execution_count is not None for c in code), article
-        assert not [o for c in code for o in c.outputs if o.output_type == "error"], article
-        shown = [block.splitlines()[0].split()[1] for _, block in blocks(text, lang)]
-        for exp_id in CHAPTERS[article].claims:  # each claim at the articles' settings, then once changed
-            assert shown.count(exp_id) == 2, (article, exp_id, shown)
-        assert text.count("  → ") == len(CHAPTERS[article].claims)  # one "try this" verdict per claim
-        assert ui("verdict_yes", lang) in text  # the kernel spoke the language its locale asked for
-        total += seconds
-    print(f"all notebooks: {total:.1f} s CPU")
-
-
-@pytest.mark.slow
-def test_printed_numbers_equal_posenc_lab_json(executed):
+def test_printed_lab_numbers_equal_posenc_lab_json(executed):
     checked = 0
-    for article, (_, text, _) in executed.items():
-        lang = KERNEL_LANG[article]
-        by_command: dict[str, list[str]] = {}
+    for (slug, lang), nb in executed.items():
+        text = printed(nb)
+        by_flags: dict[str, list[str]] = {}
         for command, block in blocks(text, lang):
             match = COMMAND.search(command)
             assert match and match["id"], command
-            by_command.setdefault(match["flags"], []).append(block)
-        for flags, shown in by_command.items():  # one CLI run per settings group
-            ids = [b.splitlines()[0].split()[1] for b in shown]
-            data = lab_json(f"posenc lab --only {','.join(dict.fromkeys(ids))} {flags}")
+            by_flags.setdefault(match["flags"], []).append(block)
+        for flags, shown in by_flags.items():
+            exp_ids = [b.splitlines()[0].split()[1] for b in shown]
+            data = lab_json(f"posenc lab --only {','.join(dict.fromkeys(exp_ids))} {flags}")
             records = {e["id"]: e for e in data["experiments"]}
-            for exp_id, block in zip(ids, shown):
-                assert block == render(records[exp_id], data["config"], lang), (article, exp_id, flags)
+            for exp_id, block in zip(exp_ids, shown):
+                assert block == render(records[exp_id], data["config"], lang), (slug, lang, exp_id, flags)
                 checked += 1
         marker = f"  {ui('command', lang)} "
-        for i, line in enumerate(lines := text.splitlines()):
-            if not line.startswith(marker + "posenc lab properties "):
-                continue
-            head = max(j for j in range(i) if lines[j].startswith(ui("col_name", lang)))
-            names = [row.split()[0] for row in lines[head + 1:i]]
-            rows = {r["name"]: r for r in lab_json(line[len(marker):])["properties"]}
-            assert "\n".join(lines[head:i]) == property_text([rows[n] for n in names], lang=lang)
-            checked += 1
-    assert checked >= 2 * len(EXPERIMENTS) + 1
-
-
-def test_chapters_hold_every_claim_once():
-    claims = [c for chapter in CHAPTERS.values() for c in chapter.claims]
-    assert sorted(claims) == sorted(EXPERIMENTS) and len(claims) == len(set(claims))
-    assert list(CHAPTERS) == sorted(CHAPTERS) and set(KERNEL_LANG) == set(CHAPTERS)
-
-
-@pytest.mark.parametrize("article", list(CHAPTERS))
-def test_notebook_is_committed_without_outputs_and_computes_nothing_itself(article):
-    """Committed clean (outputs come from running it), and its code only calls posenc: every claim of the
-    chapter through ``course.claim`` and once more through ``course.try_this``, in the article's order."""
-    path = ROOT / CHAPTERS[article].notebook
-    nb = nbformat.read(path, as_version=4)
-    nbformat.validate(nb)
-    assert nb.metadata.kernelspec.name == "python3"
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(c.outputs == [] and c.execution_count is None for c in code), f"{path}: outputs committed"
-    source = "\n".join(c.source for c in code)
-    imports = re.findall(r"^\s*(?:from|import)\s+(\S+)", source, re.M)
-    assert imports and all(m.split(".")[0] == "posenc" for m in imports), imports
-    assert re.findall(r'course\.claim\("([^"]+)"\)\ncourse\.show', source) == list(CHAPTERS[article].claims)
-    assert re.findall(r'course\.try_this\("([^"]+)", \w+=', source) == list(CHAPTERS[article].claims)
-    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
-    assert markdown.count("**KO**") == markdown.count("**EN**") >= 2 * len(CHAPTERS[article].claims)
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith(marker + "posenc lab properties "):
+                head = max(j for j in range(i) if lines[j].startswith(ui("col_name", lang)))
+                names = [row.split()[0] for row in lines[head + 1:i]]
+                rows = {r["name"]: r for r in lab_json(line[len(marker):])["properties"]}
+                assert "\n".join(lines[head:i]) == property_text([rows[n] for n in names], lang=lang)
+                checked += 1
+        assert ui("verdict_yes", lang) in text
+    assert checked >= 2 * (2 * len(EXPERIMENTS) + 1)
 
 
 def test_render_of_a_record_and_of_its_finding_agree():
@@ -184,6 +208,3 @@ def test_render_of_a_record_and_of_its_finding_agree():
         assert render(record["experiments"][0], record["config"], lang) == render(finding, cfg, lang)
     record["experiments"][0]["values"]["min"] += 1e-3
     assert render(record["experiments"][0], record["config"], "en") != render(finding, cfg, "en")
-    block = render(finding, cfg, "en")
-    assert blocks(block, "en") == [(block.splitlines()[-1].split(": ", 1)[1], block)]
-    assert LabConfig(**{**cfg.to_dict()}) == cfg

@@ -82,6 +82,10 @@ class KVCache:
     dropped: int = 0
     #: (buffers for k, v, positions; index of the first held token in them), or None: not growing in place
     _room: tuple[tuple[Tensor, Tensor, Tensor], int] | None = field(default=None, repr=False, compare=False)
+    #: also hold each key as it was before the scheme rotated it (``raw``), so that ``move`` can rotate it afresh
+    #: to a new position (``posenc.models.cache_policy``); a cache that keeps raw keys concatenates (no room)
+    keep_raw: bool = False
+    raw: Tensor | None = None  # (B, Hkv, Tk, Dh): the unrotated keys, when keep_raw
 
     @property
     def length(self) -> int:
@@ -102,6 +106,8 @@ class KVCache:
         drop = min(drop, self.stored)
         self.k, self.v = self.k[..., drop:, :], self.v[..., drop:, :]
         self.positions = self.positions[..., drop:]
+        if self.raw is not None:
+            self.raw = self.raw[..., drop:, :]
         self.dropped += drop
         if self._room is not None:
             self._room = (self._room[0], self._room[1] + drop)
@@ -111,7 +117,34 @@ class KVCache:
         if (not torch.compiler.is_compiling()
                 and self.k.untyped_storage().nbytes() > 2 * self.k.numel() * self.k.element_size()):
             self.k, self.v, self.positions = self.k.clone(), self.v.clone(), self.positions.clone()
+            self.raw = None if self.raw is None else self.raw.clone()
             self._room = None
+
+    def move(self, index: Tensor | None, positions: Tensor, scheme: PositionScheme) -> None:
+        """Keep the held tokens ``index`` (sorted (N,) indices into what is held; None: all) at new ``positions``.
+
+        The dropped tokens count as seen (``length`` is unchanged). Keys are what ``scheme`` makes of each raw key
+        at its new position — rotated afresh from the raw key (``keep_raw``), never from the rotated one, so a
+        key moved a thousand times equals one computed once at its last position; a scheme whose keys carry no
+        position (bias schemes, NoPE, a remapping scheme's raw keys) only takes the new positions.
+        """
+        if self.k is None or self.static:
+            if index is not None and index.numel():
+                raise ValueError("an empty or static cache has nothing to move")
+            return
+        assert self.v is not None and self.positions is not None
+        positions = check_positions(positions, name="positions").to(self.positions.device)
+        if index is not None:
+            index = index.to(self.k.device)
+            self.dropped += self.stored - index.numel()
+            self.k, self.v = self.k.index_select(-2, index), self.v.index_select(-2, index)
+            self.raw = None if self.raw is None else self.raw.index_select(-2, index)
+        if positions.shape[-1] != self.stored:
+            raise ValueError(f"{positions.shape[-1]} positions for {self.stored} held keys")
+        self.positions = positions.expand_as(self.positions) if self.positions.dim() == 2 else positions.clone()
+        if self.raw is not None:
+            self.k = scheme.rotate_key(self.raw, self.positions).contiguous()
+        self._room = None
 
     def fork(self) -> KVCache:
         """A cache that continues from what this one holds and leaves this one as it is.
@@ -121,7 +154,8 @@ class KVCache:
         sees. Many prompts that begin alike can so continue one prefix's cache (``posenc.extend.passkey``'s
         ``PrefixCaches``) without reading the prefix again.
         """
-        return KVCache(k=self.k, v=self.v, positions=self.positions, static=self.static, dropped=self.dropped)
+        return KVCache(k=self.k, v=self.v, positions=self.positions, static=self.static, dropped=self.dropped,
+                       keep_raw=self.keep_raw, raw=self.raw)
 
     def mark_dynamic(self) -> None:
         """Tell ``torch.compile`` that the key length will grow: one graph serves every length.
@@ -143,7 +177,7 @@ class KVCache:
         if self._room is not None:
             self.k, self.v, self.positions = self.k.contiguous(), self.v.contiguous(), self.positions.contiguous()
             self._room = None
-        for t in (self.k, self.v, self.positions):
+        for t in (self.k, self.v, self.positions) + (() if self.raw is None else (self.raw,)):
             torch._dynamo.maybe_mark_dynamic(t, t.dim() - (2 if t is not self.positions else 1))
 
     def reorder(self, index: Tensor) -> None:
@@ -152,12 +186,21 @@ class KVCache:
             return
         assert self.v is not None and self.positions is not None
         self.k, self.v = self.k.index_select(0, index), self.v.index_select(0, index)
+        self.raw = None if self.raw is None else self.raw.index_select(0, index)
         if self.positions.dim() == 2:
             self.positions = self.positions.index_select(0, index)
         self._room = None
 
-    def append(self, k: Tensor, v: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Add new keys/values at ``positions``; return all keys, values and positions so far."""
+    def append(self, k: Tensor, v: Tensor, positions: Tensor,
+               raw: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Add new keys/values at ``positions``; return all keys, values and positions so far.
+
+        ``raw``: the keys before the scheme rotated them, held when ``keep_raw`` (ignored otherwise).
+        """
+        if self.keep_raw:
+            if raw is None:
+                raise ValueError("this cache keeps raw keys (a moving cache policy): append them with raw=")
+            self.raw = raw.contiguous() if self.raw is None else torch.cat((self.raw, raw), dim=-2)
         if self.k is None:
             # fresh and contiguous, like every later torch.cat result: a compiled decoding step then sees one
             # layout, and no two layers' caches share a positions tensor (the compiler guards on aliasing)
@@ -168,7 +211,8 @@ class KVCache:
         mixed = old.dim() != new.dim()  # shared (T,) and per-sequence (B, T) positions
         if mixed:
             old, new = old.expand(k.shape[0], -1), new.expand(k.shape[0], -1)
-        if mixed or torch.compiler.is_compiling() or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad)):
+        if (mixed or self.keep_raw or torch.compiler.is_compiling()
+                or (torch.is_grad_enabled() and (k.requires_grad or v.requires_grad))):
             self.k = torch.cat((self.k, k), dim=-2)
             self.v = torch.cat((self.v, v), dim=-2)
             self.positions = torch.cat((old, new), dim=-1)
@@ -211,7 +255,7 @@ class KVCache:
         (nothing changed) where the cache does not grow in place: empty, static, per-sequence positions,
         or under ``torch.compile``. The caller must write the new key and value before anything reads them.
         """
-        if (self.k is None or self.static or self.positions is None or self.positions.dim() != 1
+        if (self.k is None or self.static or self.keep_raw or self.positions is None or self.positions.dim() != 1
                 or positions.dim() != 1 or torch.compiler.is_compiling()):
             return None
         held = self.stored
@@ -399,6 +443,7 @@ class MultiHeadAttention(nn.Module):
                 k_pos = q_pos if self_attention else default_positions(source.shape[1], device=x.device)
             if k_pos is not q_pos:  # q_pos was checked above
                 k_pos = check_positions(k_pos, name="k_pos")
+            raw = k  # what a moving cache keeps to rotate afresh (KVCache.keep_raw)
             if not self.position.remaps:  # a remapping scheme's cache holds raw keys, rotated per piece later
                 q, k = self.position.rotate(q, k, q_pos, k_pos)
             if cache is not None:
@@ -406,7 +451,7 @@ class MultiHeadAttention(nn.Module):
                     cache.k, cache.v, cache.positions = k, v, k_pos
                 else:
                     k_start = cache.dropped
-                    k, v, k_pos = cache.append(k, v, k_pos)
+                    k, v, k_pos = cache.append(k, v, k_pos, raw=raw)
         if self.query_scale is not None:
             # by sequence index, not position value: HF's Llama4TextAttention counts the tokens its cache has
             # seen (past_seen_tokens + arange), whatever position_ids it was given

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 from posenc.attention import KVCache, MultiHeadAttention
 from posenc.models.config import JSONConfig
 from posenc.models import fused
+from posenc.models.cache_policy import CachePolicy, StreamCache, movable, parse_policy
 from posenc.models.decoder_parts import (BLOCKS, FFN_NAMES, NORMS, GatedFFN, PreNormBlock, RMSNorm, build_ffn,
                                          clip_projections)
 from posenc.plan import FULL, LayerSpec, Window, format_plan, parse_plan, plan_rows
@@ -260,9 +261,23 @@ class Decoder(nn.Module):
             seen.setdefault(id(layer.attn.position), layer.attn.position)
         return list(seen.values())
 
-    def new_cache(self) -> list[KVCache]:
-        """One empty KV cache per layer, for ``forward(..., cache=...)`` and ``generate``."""
-        return [KVCache() for _ in self.layers]
+    def new_cache(self, policy: str | CachePolicy | None = None) -> list[KVCache]:
+        """One empty KV cache per layer, for ``forward(..., cache=...)`` and ``generate``.
+
+        ``policy`` (``posenc.models.cache_policy``: "window:W", "sink:S,window:W", "shift:KEEP[,ctx:N]",
+        "rescale"; None or "full": the plain cache) gives a ``StreamCache`` that moves itself as the stream
+        outgrows it; refused by name where the model's scheme cannot move.
+        """
+        if policy is None or parse_policy(policy).kind == "full":
+            return [KVCache() for _ in self.layers]
+        attentions = [getattr(layer, "attn", None) for layer in self.layers]
+        if any(a is None or not hasattr(a, "position") or not hasattr(a, "window") for a in attentions):
+            raise ValueError(f"cache policy {policy}: this model's layers are not the decoder's attention blocks")
+        for scheme in self.schemes():
+            why = movable(scheme)
+            if why is not None:
+                raise ValueError(f"cache policy {parse_policy(policy)} is not defined for this model: {why}")
+        return StreamCache(attentions, policy, context=self.config.max_position_embeddings)
 
     def _positions(self, ids: Tensor, positions: Tensor | None, cache: list[KVCache] | None) -> Tensor:
         if ids.dim() != 2:
@@ -283,7 +298,17 @@ class Decoder(nn.Module):
             positions: (T,) or (B, T) integer positions; default continues after the cache.
             cache: from ``new_cache()``; ids then holds only the new tokens.
         """
-        positions = self._positions(ids, positions, cache)
+        if isinstance(cache, StreamCache):  # the policy numbers the positions and moves the cache, piece by piece
+            if positions is not None:
+                raise ValueError(f"cache policy {cache.policy} numbers the positions itself; give no positions")
+            if ids.dim() != 2:
+                raise ValueError(f"token ids must have shape (B, T), got {tuple(ids.shape)}")
+            outs = [self._hidden(ids[:, start:stop], cache.make_room(stop - start, ids.device), cache)
+                    for start, stop in cache.pieces(ids.shape[1])]
+            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+        return self._hidden(ids, self._positions(ids, positions, cache), cache)
+
+    def _hidden(self, ids: Tensor, positions: Tensor, cache: list[KVCache] | None) -> Tensor:
         x = self.embed(ids)  # (B, T, D)
         if self.embed_scale is not None:
             x = x * torch.tensor(self.embed_scale, dtype=x.dtype, device=x.device)
@@ -320,7 +345,8 @@ class Decoder(nn.Module):
     def generate(
         self, prompt: Tensor, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
         top_p: float | None = None, eos_id: int | Sequence[int] | None = None, seed: int | None = None,
-        on_token: Callable[[Tensor], None] | None = None,
+        on_token: Callable[[Tensor], None] | None = None, cache: list[KVCache] | None = None,
+        cache_policy: str | CachePolicy | None = None,
     ) -> Tensor:
         """Continue ``prompt`` (B, T) with the KV cache; greedy at temperature 0, else sampled.
 
@@ -332,6 +358,12 @@ class Decoder(nn.Module):
             eos_id: a token id (or ids) that ends a row; finished rows are padded with it.
             seed: seeds the sampler's own generator (reproducible, independent of global RNG).
             on_token: called with each new (B,) token batch (streaming output).
+            cache_policy: what the cache keeps when the stream outgrows it (``new_cache(policy)``: "full", the
+                default, "window:W", "sink:S,window:W", "shift:KEEP[,ctx:N]", "rescale"); a moving policy
+                lifts the limit of the trained context.
+            cache: continue this cache (from ``new_cache``, e.g. the last turn of a chat) instead of a new one:
+                ``prompt`` is then only the new tokens. The cache holds everything but the last new token; the
+                next call's prompt starts with it.
 
         Returns:
             (B, T + generated) ids.
@@ -344,7 +376,14 @@ class Decoder(nn.Module):
         seed = None if seed is None else check_seed(seed)
         total = prompt.shape[-1] + max_new_tokens
         window = self.config.sliding_window
-        if window is not None and total > window:
+        if cache is None:
+            cache = self.new_cache(cache_policy)
+        elif cache_policy is not None:
+            raise ValueError("give a cache or a cache_policy, not both (the cache has its policy)")
+        moving = isinstance(cache, StreamCache)
+        if moving:
+            total = min(total, cache.capacity or total)
+        elif window is not None and total > window:
             raise ValueError(f"a {prompt.shape[-1]}-token prompt + max_new_tokens={max_new_tokens:,} exceeds this "
                              f"model's sliding attention window of {window:,} tokens; generate fewer tokens")
         cfg, item = self.config, torch.finfo(self.embed.weight.dtype).bits // 8
@@ -357,28 +396,32 @@ class Decoder(nn.Module):
         if temperature > 0:
             generator = torch.Generator(device=prompt.device)
             generator.manual_seed(torch.seed() if seed is None else seed)
-        cache = self.new_cache()
         done = torch.zeros(prompt.shape[0], dtype=torch.bool, device=prompt.device)
-        ids, new = prompt, prompt
-        for _ in range(max_new_tokens):
-            for layer_cache in cache:  # under torch.compile: one decoding graph for every cache length
-                layer_cache.mark_dynamic()
-            h = self.hidden(new, cache=cache)[:, -1]  # (B, D): only the last position needs logits
-            logits = self.logits(h).float()  # (B, V)
-            if not bool(torch.isfinite(logits).all()):  # one B × V check per token: a NaN must not pick a token
-                done_so_far = ids.shape[1] - prompt.shape[1]
-                raise FloatingPointError(f"the model's logits hold NaN or ±inf at new token {done_so_far}; its "
-                                         "weights or activations overflow (try --dtype float32, or another file)")
-            nxt = next_token(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)  # (B,)
-            if stops.numel():
-                nxt = torch.where(done, stops[0], nxt)
-                done |= torch.isin(nxt, stops)
-            if on_token is not None:
-                on_token(nxt)
-            new = nxt[:, None]
-            ids = torch.cat((ids, new), dim=1)
-            if stops.numel() and bool(done.all()):
-                break
+        own = cache_policy is not None  # a cache made here: a rescaled scheme gets its options back at the end
+        try:
+            ids, new = prompt, prompt
+            for _ in range(max_new_tokens):
+                for layer_cache in cache:  # under torch.compile: one decoding graph for every cache length
+                    layer_cache.mark_dynamic()
+                h = self.hidden(new, cache=cache)[:, -1]  # (B, D): only the last position needs logits
+                logits = self.logits(h).float()  # (B, V)
+                if not bool(torch.isfinite(logits).all()):  # one B × V check per token: a NaN must not pick a token
+                    done_so_far = ids.shape[1] - prompt.shape[1]
+                    raise FloatingPointError(f"the model's logits hold NaN or ±inf at new token {done_so_far}; its "
+                                             "weights or activations overflow (try --dtype float32, or another file)")
+                nxt = next_token(logits, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator)  # (B,)
+                if stops.numel():
+                    nxt = torch.where(done, stops[0], nxt)
+                    done |= torch.isin(nxt, stops)
+                if on_token is not None:
+                    on_token(nxt)
+                new = nxt[:, None]
+                ids = torch.cat((ids, new), dim=1)
+                if stops.numel() and bool(done.all()):
+                    break
+        finally:
+            if own and isinstance(cache, StreamCache):
+                cache.restore()
         return ids
 
     def describe(self) -> dict[str, Any]:

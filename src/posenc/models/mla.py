@@ -173,10 +173,11 @@ class MultiHeadLatentAttention(nn.Module):
         latent, k_pe = self.kv_a_proj(x).split([s.kv_lora_rank, s.qk_rope_head_dim], dim=-1)  # (B, Tq, C), (B, Tq, R)
         latent = self.kv_a_norm(latent)[:, None]  # (B, 1, Tq, C): one "head" shared by all
         k_pe = k_pe[:, None]  # (B, 1, Tq, R)
+        raw_pe = k_pe  # what a moving cache keeps to re-rotate the decoupled slice (KVCache.keep_raw)
         q_pe, k_pe = self.position.rotate(q_pe, k_pe, q_pos, q_pos)  # the decoupled rotary slice only
         k_pos = q_pos
         if cache is not None:
-            k_pe, latent, k_pos = cache.append(k_pe, latent, q_pos)  # the compressed state (module docstring)
+            k_pe, latent, k_pos = cache.append(k_pe, latent, q_pos, raw=raw_pe)  # the compressed state (module docstring)
         k_len = latent.shape[-2]
 
         kv = self.kv_b_proj(latent[:, 0]).view(batch, k_len, h, s.qk_nope_head_dim + s.v_head_dim)

@@ -60,6 +60,9 @@ MAX_WIDTH = 1 << 20  # hidden, head and feed-forward widths
 MAX_HEADS = 1 << 14
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 40
+#: The largest population, mutations, crossovers, samples or generations of a LongRoPE search (the paper: 64, 16,
+#: 16, 5, 40): every individual is scored by forward passes, so a million would run for ever.
+MAX_SEARCH = 4096
 
 
 # -- numbers --------------------------------------------------------------------------------------------

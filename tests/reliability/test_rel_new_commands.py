@@ -25,3 +25,56 @@ def test_extend_at_the_smallest_trained_context_reports_instead_of_a_format_erro
                     "--text", "licenses", "--max-tokens", "8", "--out", tmp_path / "out")
     assert result.code == 0, result.err
     assert "ppl first bucket n/a" in result.out
+
+
+# -- sizes bounded before anything is allocated or run -------------------------------------------------------------
+@pytest.mark.parametrize("option", ["--population", "--mutations", "--crossovers", "--generations", "--samples"])
+def test_finetune_search_sizes_are_bounded(option):
+    """A million individuals per generation would be scored by forward passes for ever: refused at parsing."""
+    assert_refused(posenc("finetune", "search", "m", "--factor", "2", option, "1000000"), option, "<= 4096")
+
+
+def test_search_config_bounds_the_same_sizes():
+    from posenc.finetune.longrope import SearchConfig
+
+    with pytest.raises(ValueError, match="--mutations 1000000: at most 4096"):
+        SearchConfig(factor=2.0, original_max_len=64, mutations=1_000_000)
+
+
+def test_finetune_lora_rank_above_the_projection_is_refused_before_allocation(tiny):
+    """Width 16 (k_proj 32 → 16): rank 10⁶ once ran to 4.1 GB and exited 0."""
+    assert_refused(posenc("finetune", "run", tiny, "--factor", "2", "--steps", "1", "--lora-rank", "1000000"),
+                   "--lora-rank 1000000", "k_proj", "rank <= 16")
+
+
+def test_finetune_batch_size_is_checked_against_the_memory_budget(tiny):
+    """--batch-size 10⁶ once ended in "unexpected RuntimeError … can't allocate"."""
+    assert_refused(posenc("finetune", "run", tiny, "--factor", "2", "--steps", "1", "--batch-size", "1000000"),
+                   "1000000 window(s) of 128 tokens", "memory budget", "lower --batch-size")
+
+
+def test_finetune_memory_estimate_admits_an_ordinary_run(tiny, monkeypatch):
+    from posenc.finetune.model import load_start
+    from posenc.finetune.run import FinetuneConfig, check_training_memory
+
+    monkeypatch.setenv("POSENC_MEMORY_BUDGET", str(256 << 20))
+    start = load_start(str(tiny))
+    check_training_memory(start.model, FinetuneConfig(method="rope", factor=None, original_max_len=64, length=128,
+                                                      steps=1, batch_size=4, lora_rank=8))
+    with pytest.raises(ValueError, match="POSENC_MEMORY_BUDGET"):
+        check_training_memory(start.model, FinetuneConfig(method="rope", factor=None, original_max_len=64,
+                                                          length=4096, steps=1, batch_size=4096))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "qwen2_vl", "not_a_posenc_family"])
+def test_rope_refuses_a_huge_head_dim_in_any_config(tmp_path, model_type):
+    """head_dim 10⁹ once made ``posenc rope`` try to allocate 4 GB; every model_type goes through the family
+    reader's bounds, posenc's families or not."""
+    import json
+
+    config = {"model_type": model_type, "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "max_position_embeddings": 64, "rope_theta": 10000.0, "head_dim": 10**9}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert_refused(posenc("rope", tmp_path / "config.json", "--no-hf"), "head_dim", "1,048,576")
+    assert_refused(posenc("rope", "--calc", "yarn", "--original-max-len", "8192", "--target-len", "32768",
+                          "--head-dim", str(10**9)), "--head-dim", "1,048,576")

@@ -237,6 +237,7 @@ def run_grid(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     from posenc.extend.methods import METHODS
+    from posenc.validation import MAX_SEARCH as SEARCH_MAX
 
     p = sub.add_parser("finetune", help="extend a model's context by training: fine-tune, search LongRoPE, replicate",
                        **command_help(__doc__))
@@ -319,12 +320,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--original-max-len", type=int_at_least(2), default=None, metavar="L0", help="L0 (default: the "
                                                                                                 "model's)")
     q.add_argument("--length", type=int_at_least(2), default=None, help="tokens per sample (default s·L0)")
-    q.add_argument("--samples", type=int_at_least(1), default=3, help="samples scored (default 3)")
-    q.add_argument("--population", type=int_at_least(2), default=16, help="population (default 16; paper 64)")
-    q.add_argument("--mutations", type=int_at_least(0), default=None, help="mutants per generation (population/4)")
-    q.add_argument("--crossovers", type=int_at_least(0), default=None, help="crossovers per generation "
+    q.add_argument("--samples", type=int_at_least(1, SEARCH_MAX), default=3, help="samples scored (default 3)")
+    q.add_argument("--population", type=int_at_least(2, SEARCH_MAX), default=16,
+                   help="population (default 16; paper 64)")
+    q.add_argument("--mutations", type=int_at_least(0, SEARCH_MAX), default=None,
+                   help="mutants per generation (population/4)")
+    q.add_argument("--crossovers", type=int_at_least(0, SEARCH_MAX), default=None, help="crossovers per generation "
                                                                             "(population/4)")
-    q.add_argument("--generations", type=int_at_least(1), default=8, help="generations (default 8; paper 40)")
+    q.add_argument("--generations", type=int_at_least(1, SEARCH_MAX), default=8,
+                   help="generations (default 8; paper 40)")
     q.add_argument("--start-tokens", type=_csv(int), default=None, help="n̂ candidates (default the paper's 0…256)")
     q.add_argument("--train-text", default="bible-rest", metavar="FILE|bible-rest|bible|licenses",
                    help="text the samples are cut from (default bible-rest)")

@@ -51,6 +51,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from posenc.validation import MAX_SEARCH as SEARCH_MAX
+
 #: the paper's search space for n̂ (Table 9 of the arXiv version)
 START_TOKENS = (0, 1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 64, 128, 256)
 STATE_FILE = "search-state.json"
@@ -100,6 +102,11 @@ class SearchConfig:
         for name in ("samples", "population", "generations"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        for name in ("samples", "population", "mutations", "crossovers", "generations"):
+            value = getattr(self, name)
+            if isinstance(value, int) and not 0 <= value <= SEARCH_MAX:  # each individual is scored: forward passes
+                raise ValueError(f"--{name} {value}: at most {SEARCH_MAX} (the paper uses population 64, 16 "
+                                 f"mutations and crossovers, 40 generations); each one costs forward passes")
         if self.top_k is None:
             object.__setattr__(self, "top_k", max(2, self.population // 4))
         if not 1 <= self.top_k <= self.population:

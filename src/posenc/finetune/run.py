@@ -171,6 +171,49 @@ def loss_forward(model: nn.Module, *, chunk: int) -> Iterator[None]:
 
 
 # -- the run --------------------------------------------------------------------------------------------
+#: float32 values one layer keeps per position and width unit for the backward pass (attention's q, k, v and
+#: output, the norms, the MLP's three hidden widths…): a generous round figure, so the budget errs on refusing.
+ACTIVATIONS_PER_LAYER = 16
+
+
+def check_training_memory(model: nn.Module, cfg: FinetuneConfig) -> None:
+    """Refuse, before anything is allocated, a ``--lora-rank`` or ``--batch-size`` the run cannot hold.
+
+    A LoRA rank above a target projection's smaller side adds nothing a full update would not (and allocates
+    rank × (in + out) per projection); the training footprint — trainable weights with gradients and AdamW's
+    two moments, each layer's activations for ``batch_size`` windows of ``length`` tokens (one layer's with
+    ``grad_checkpoint``) and a logits block — is checked against ``posenc.validation.memory_budget``.
+    """
+    from posenc.validation import check_memory
+
+    linears = [(name.rsplit(".", 1)[-1], m) for name, m in model.named_modules() if type(m) is nn.Linear]
+    embeddings = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+    width = embeddings[0].embedding_dim if embeddings else max((m.in_features for _, m in linears), default=1)
+    vocab = max((m.num_embeddings for m in embeddings), default=1)
+    layers = max(1, len(getattr(model, "layers", [])))
+    params = sum(p.numel() for p in model.parameters())
+    if cfg.lora_rank:
+        targets = [(n, m) for n, m in linears if n in cfg.lora_targets]
+        if targets:
+            name, smallest = min(targets, key=lambda t: min(t[1].in_features, t[1].out_features))
+            side = min(smallest.in_features, smallest.out_features)
+            if cfg.lora_rank > side:
+                raise ValueError(f"--lora-rank {cfg.lora_rank}: above {side}, the smaller side of {name} "
+                                 f"({smallest.in_features} → {smallest.out_features}), a LoRA update has no more "
+                                 f"to give than a full one; give a rank <= {side}, or --lora-rank 0 (full "
+                                 "fine-tuning)")
+        trainable = sum(cfg.lora_rank * (m.in_features + m.out_features) for _, m in targets)
+    else:
+        trainable = params
+    windows = cfg.batch_size * cfg.length
+    kept = layers if not cfg.grad_checkpoint else 1 + layers / max(1, ACTIVATIONS_PER_LAYER)
+    nbytes = (16.0 * trainable + 4.0 * windows * width * ACTIVATIONS_PER_LAYER * kept
+              + 12.0 * cfg.batch_size * min(cfg.chunk, cfg.length) * vocab + 8.0 * windows)
+    check_memory(nbytes, f"fine-tuning {params:,} parameters ({trainable:,} trainable, with gradients and AdamW "
+                 f"moments) on {cfg.batch_size} window(s) of {cfg.length} tokens",
+                 fix="lower --batch-size, --length or --lora-rank (or add --grad-checkpoint)")
+
+
 def prepare(start: Start, cfg: FinetuneConfig) -> nn.Module:
     """The method's model built from ``start`` (with LoRA when asked), in train mode, on start's device."""
     from posenc.models.lora import apply_lora
@@ -235,6 +278,7 @@ def finetune(start: Start, cfg: FinetuneConfig, *, out_dir: str | Path | None = 
     out = None if out_dir is None else Path(out_dir)
     ckpt_dir = None if out is None else out / "checkpoints"
     device = next(start.model.parameters()).device
+    check_training_memory(start.model, cfg)  # before LoRA's factors, the windows or AdamW are allocated
     model = prepare(start, cfg)
     if tokens is None:
         tokens = token_stream(training_document(cfg.train_text), start.tokenizer)

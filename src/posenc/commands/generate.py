@@ -42,6 +42,22 @@ def add_weights(p: argparse.ArgumentParser) -> None:
                         "int8 / int4: weight-only quantisation at load, its logit error against float32 printed")
 
 
+def add_cache_flag(p: argparse.ArgumentParser) -> None:
+    """``--cache POLICY``: what the KV cache keeps when the stream outgrows it (``posenc.models.cache_policy``)."""
+    p.add_argument("--cache", default="full", metavar="POLICY",
+                   help="KV cache policy: full (default), window:W (the last W tokens), sink:S,window:W "
+                        "(StreamingLLM: the first S and the last W), shift:KEEP[,ctx:N] (llama.cpp's context "
+                        "shift), rescale (dynamic YaRN / LongRoPE / dynamic NTK: cached keys re-rotated as the "
+                        "stream grows); positions are renumbered inside the cache, keys re-rotated exactly")
+
+
+def cache_policy_arg(args: argparse.Namespace) -> Any:
+    """The parsed ``--cache`` policy (a bad one is refused with the grammar)."""
+    from posenc.models.cache_policy import parse_policy
+
+    return parse_policy(getattr(args, "cache", None) or "full")
+
+
 def position_text(config: Any) -> str:
     """The loaded model's positions in a few words: its scheme, or its layer plan's one-line summary (Gemma 3)."""
     from posenc.plan import plan_rows, plan_summary
@@ -96,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.system is not None and not args.chat:
         raise ValueError("--system is a message of the chat template: add --chat, or put the text in --prompt")
     check_sampling(args.temperature, args.top_k, args.top_p)
+    cache_policy_arg(args)  # a bad --cache is refused before the model loads
     pm = load_model(args, command="generate")
     tok = pm.tokenizer
     if args.chat:
@@ -106,7 +123,8 @@ def run(args: argparse.Namespace) -> int:
     if not ids:
         raise ValueError("the prompt encodes to no tokens; give a non-empty --prompt")
     usable = pm.config.sliding_window or pm.config.max_position_embeddings
-    if len(ids) + args.max_new_tokens > usable:
+    policy = cache_policy_arg(args)
+    if policy.kind == "full" and len(ids) + args.max_new_tokens > usable:
         raise ValueError(f"--max-new-tokens {args.max_new_tokens:,} after a {len(ids):,}-token prompt exceeds the "
                          f"{usable:,} tokens this model was trained for; give --max-new-tokens "
                          f"{max(usable - len(ids), 0):,} or less")
@@ -133,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with torch.inference_mode():
         pm.model.generate(prompt, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                          top_p=args.top_p, eos_id=tok.eos_ids or None, seed=args.seed, on_token=on_token)
+                          top_p=args.top_p, eos_id=tok.eos_ids or None, seed=args.seed, on_token=on_token,
+                          cache_policy=None if policy.kind == "full" else policy)
     end = time.perf_counter()
     completion = tok.decode(new)
     if stream:
@@ -148,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
         "prefill_s": prefill_s, "prefill_tokens_per_s": len(ids) / prefill_s if prefill_s else None,
         "decode_tokens_per_s": (len(new) - 1) / decode_s if decode_s else None, "total_s": end - start,
         "temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed,
-        "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(),
+        "dtype": args.dtype, "device": args.device, "threads": torch.get_num_threads(), "cache": str(policy),
     }
     if not args.quiet:
         threads = torch.get_num_threads()
@@ -186,4 +205,5 @@ def register(sub: Any) -> None:
                    help="seed of the sampler, 0 to 2**63 - 1 (sampling is reproducible with a seed)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     p.add_argument("--system", metavar="TEXT", help="a system message (with --chat)")
+    add_cache_flag(p)
     p.set_defaults(func=run)

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.cli_options import command_help, json_to_stdout, write_json
-from posenc.commands.generate import add_model_flags, load_model, position_text
+from posenc.commands.generate import add_cache_flag, add_model_flags, cache_policy_arg, load_model, position_text
 
 
 def window_plan(num_tokens: int, window: int, stride: int) -> list[tuple[int, int, int]]:
@@ -73,6 +73,37 @@ def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool
             count += scored
             if per_token is not None:
                 per_token.extend(losses.tolist())
+    return total, count
+
+
+def score_stream(model: Any, ids: Any, policy: Any, *, step: int = 1, quiet: bool = False,
+                 per_token: list[float] | None = None) -> tuple[float, int]:
+    """(summed negative log-likelihood in nats, tokens scored): the whole of ``ids`` as one stream through a
+    cache under ``policy`` (``Decoder.new_cache``), ``step`` tokens per forward; tokens 1 … N − 1 scored once each.
+    """
+    import torch
+    import torch.nn.functional as F
+    from tqdm import tqdm
+
+    total, count = 0.0, 0
+    cache = model.new_cache(policy)
+    try:
+        with torch.inference_mode():
+            for start in tqdm(range(0, len(ids) - 1, step), desc="stream", unit="step", disable=quiet):
+                end = min(start + step, len(ids) - 1)
+                logits = model.logits(model.hidden(ids[None, start:end], cache=cache)).float()  # (1, n, V)
+                losses = F.cross_entropy(logits[0], ids[start + 1:end + 1], reduction="none").double()
+                total += float(losses.sum())
+                if not math.isfinite(total):
+                    raise FloatingPointError(f"the model's loss is NaN or ±inf at tokens {start + 1}–{end}; its "
+                                             "weights or activations overflow (try --dtype float32)")
+                count += end - start
+                if per_token is not None:
+                    per_token.extend(losses.tolist())
+    finally:
+        restore = getattr(cache, "restore", None)
+        if restore is not None:
+            restore()
     return total, count
 
 
@@ -120,7 +151,13 @@ def run(args: argparse.Namespace) -> int:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"{path}: not UTF-8 text ({err})") from None
+    policy = cache_policy_arg(args)
+    if policy.kind != "full" and args.window is not None:
+        raise ValueError(f"--window is the windowed recipe; --cache {policy} streams the whole file through the "
+                         "cache (--stride: tokens per forward, default 1)")
     pm = load_model(args, command="perplexity")
+    if policy.kind != "full":
+        return run_stream(args, pm, path, text, policy)
     window = args.window if args.window is not None else min(1024, pm.config.max_position_embeddings)
     stride = args.stride if args.stride is not None else window // 2
     if window < 2:
@@ -159,6 +196,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_stream(args: argparse.Namespace, pm: Any, path: Path, text: str, policy: Any) -> int:
+    """``--cache POLICY``: the file as one stream through the moving cache, ``--stride`` tokens per forward."""
+    import torch
+
+    step = args.stride if args.stride is not None else 1
+    ids = pm.tokenizer.encode(text)
+    if args.max_tokens is not None:
+        ids = ids[: args.max_tokens]
+    if len(ids) < 2:
+        raise ValueError(f"{path}: {len(ids)} token(s); perplexity needs at least 2")
+    start = time.perf_counter()
+    losses: list[float] | None = [] if args.per_token is not None else None
+    nll, count = score_stream(pm.model, torch.tensor(ids, device=args.device), policy, step=step, quiet=args.quiet,
+                              per_token=losses)
+    seconds = time.perf_counter() - start
+    if losses is not None:
+        write_per_token(args.per_token, per_token_rows(pm.tokenizer, ids, losses))
+    result = {
+        "model": args.model, "file": str(path), "tokens": count, "perplexity": math.exp(nll / count),
+        "nll_per_token": nll / count, "bits_per_token": nll / count / math.log(2), "cache": str(policy),
+        "stride": step, "seconds": seconds, "tokens_per_s": count / seconds, "dtype": args.dtype,
+        "device": args.device, "threads": torch.get_num_threads(), "position": position_text(pm.config),
+    }
+    if not json_to_stdout(args):
+        print(f"perplexity {result['perplexity']:.3f} over {count:,} tokens (loss {result['nll_per_token']:.4f} "
+              f"nats/token; cache {policy}, {step} token{'s' if step != 1 else ''} per step, {seconds:.1f} s)",
+              file=sys.stderr if args.per_token == "-" else sys.stdout)
+    write_json(args, result)
+    return 0
+
+
 def register(sub: Any) -> None:
     from posenc.families.hf_config import MAX_CONTEXT
     from posenc.validation import int_at_least
@@ -180,6 +248,7 @@ def register(sub: Any) -> None:
                    help="tokens between window starts, 1 to --window (default window / 2)")
     p.add_argument("--max-tokens", type=int_at_least(2), metavar="N",
                    help="score only the first N tokens of the file (N >= 2)")
+    add_cache_flag(p)
     p.add_argument("--per-token", metavar="PATH",
                    help="also write each scored token's loss as JSON lines to PATH ('-': stdout, the summary then "
                         "goes to stderr): {\"index\", \"id\", \"text\", \"loss\"} per token, loss in nats; "

@@ -78,3 +78,55 @@ def test_rope_refuses_a_huge_head_dim_in_any_config(tmp_path, model_type):
     assert_refused(posenc("rope", tmp_path / "config.json", "--no-hf"), "head_dim", "1,048,576")
     assert_refused(posenc("rope", "--calc", "yarn", "--original-max-len", "8192", "--target-len", "32768",
                           "--head-dim", str(10**9)), "--head-dim", "1,048,576")
+
+
+# -- a checkpoint that already carries a RoPE scaling: the real reason named ----------------------------------------
+def _scaled_checkpoint(kind: str, path):
+    transformers = pytest.importorskip("transformers", minversion="5.24")
+    from model_files import VOCAB, tokenizer_json
+
+    common = dict(hidden_size=64, num_attention_heads=4, vocab_size=VOCAB, max_position_embeddings=128,
+                  bos_token_id=0, eos_token_id=1)
+    if kind == "gpt_oss":
+        cfg = transformers.GptOssConfig(**common, num_hidden_layers=2, intermediate_size=32, num_key_value_heads=2,
+                                        head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+                                        rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 32.0,
+                                                         "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                                                         "original_max_position_embeddings": 4096})
+        model = transformers.GptOssForCausalLM(cfg)
+    elif kind == "deepseek_v3":
+        cfg = transformers.DeepseekV3Config(**common, num_hidden_layers=2, intermediate_size=48,
+                                            moe_intermediate_size=16, num_key_value_heads=4, n_routed_experts=4,
+                                            num_experts_per_tok=2, n_group=2, topk_group=1, n_shared_experts=1,
+                                            first_k_dense_replace=1, q_lora_rank=24, kv_lora_rank=16,
+                                            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=12,
+                                            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                                             "original_max_position_embeddings": 32,
+                                                             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                                                             "mscale_all_dim": 1.0})
+        model = transformers.DeepseekV3ForCausalLM(cfg)
+    else:
+        cfg = transformers.Llama4TextConfig(**common, num_hidden_layers=4, intermediate_size=32,
+                                            intermediate_size_mlp=48, num_key_value_heads=2, head_dim=16,
+                                            num_local_experts=4, num_experts_per_tok=2, interleave_moe_layer_step=2,
+                                            no_rope_layer_interval=4, attention_chunk_size=4,
+                                            rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0,
+                                                             "factor": 8.0, "low_freq_factor": 1.0,
+                                                             "high_freq_factor": 4.0,
+                                                             "original_max_position_embeddings": 16})
+        model = transformers.Llama4ForCausalLM(cfg)
+    model.save_pretrained(path)
+    (path / "tokenizer.json").write_text(tokenizer_json())
+    return path
+
+
+@pytest.mark.parametrize("kind", ["deepseek_v3", "gpt_oss", "llama4"])
+def test_a_checkpoint_already_scaled_is_refused_for_that_reason_not_for_layers(tmp_path, kind):
+    """No --layers was given (finetune has no such flag): the message must not blame one."""
+    model = _scaled_checkpoint(kind, tmp_path / kind)
+    for argv in (["extend", model, "--quick", "--methods", "rope-yarn", "--passkey-trials", "0", "--text", "licenses",
+                  "--out", "-"],
+                 ["finetune", "run", model, "--factor", "2", "--steps", "1"]):
+        result = posenc(*argv)
+        assert_refused(result, "already carries a RoPE scaling")
+        assert "--layers" not in result.err, result.err

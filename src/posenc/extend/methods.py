@@ -242,6 +242,12 @@ def selected_layers(config: Any, layers: str | None = None) -> list[int] | None:
     else:
         chosen = [i for i, (s, r) in enumerate(zip(specs, rope)) if r and s.window.full]
     if not chosen:
+        scaled = sorted({s.position for s in specs if canonical_name(s.position) != PLAIN
+                         and str(s.position).startswith("rope")})
+        if not any(rope) and scaled:  # the real reason, whatever --layers said (or did not: finetune has none)
+            raise ValueError(f"the checkpoint already carries a RoPE scaling ({', '.join(map(repr, scaled))} in its "
+                             f"config, not plain '{PLAIN}'): context extension starts from plain RoPE, and a "
+                             "method on top would stack two schemes; start from a checkpoint without one")
         raise ValueError(f"--layers {choice}: no layer of this model is a {choice} RoPE layer")
     return chosen
 

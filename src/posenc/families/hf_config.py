@@ -29,6 +29,11 @@ from posenc.validation import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_VOCAB, MAX
 _MISSING: Any = object()
 
 
+class MissingField(ValueError):
+    """A field the model type needs is absent (a ``ValueError``): a reader that measures what it can
+    (``posenc inspect``) may go on without it, where a present but invalid value is refused."""
+
+
 class HFConfig:
     """Read-only typed access to an HF config dict.
 
@@ -57,7 +62,7 @@ class HFConfig:
         value = self.data.get(key)
         if value is None:
             if default is _MISSING:
-                raise ValueError(f"{self.source}: missing field {key!r}, which this model type needs; "
+                raise MissingField(f"{self.source}: missing field {key!r}, which this model type needs; "
                                  "use the config.json that came with the weights")
             return default
         return value

@@ -29,27 +29,51 @@ from posenc.validation import check_memory, number
 ROTARY_POSITIONS = 1024
 
 
-def layer_plan(cfg: dict[str, Any]) -> Any:
-    """The ``DecoderConfig`` of a config with a per-layer plan that a posenc family reads, else None."""
-    if not isinstance(cfg.get("model_type"), str):
-        return None
-    try:
-        config = config_from_hf(cfg, pairing="half")
-    except ValueError:
+def family_config(cfg: dict[str, Any], **kwargs: Any) -> Any:
+    """The config a posenc family reads from ``cfg``, or None for a model type posenc does not run.
+
+    A model type posenc runs is read by its family's reader, the loader's: a value the loader refuses
+    (T5's ``relative_attention_num_buckets`` 0, Marian's ``d_model`` "x") is refused here by the reader's
+    message — not measured as if the model had no positions. A config lacking a field the reader needs
+    gives None (the generic readers measure what the checkpoint stores).
+
+    Raises:
+        CheckpointError: the family's reader refuses the config (its message names the key).
+    """
+    from posenc.families import model_types
+
+    if not isinstance(cfg.get("model_type"), str) or cfg["model_type"] not in model_types():
         return None  # not a family posenc runs: the generic readers below still measure what they can
+    from posenc.families.hf_config import MissingField
+
+    try:
+        return config_from_hf(cfg, **kwargs)
+    except MissingField:
+        return None  # an incomplete config (a bare table's): the generic readers measure what they can
+    except ValueError as err:
+        raise CheckpointError(f"{err} (posenc's {cfg['model_type']} reader, the loader's, refuses it; "
+                              "fix config.json)") from None
+
+
+def layer_plan(cfg: dict[str, Any]) -> Any:
+    """The ``DecoderConfig`` of a config with a per-layer plan that a posenc family reads, else None.
+
+    Raises:
+        CheckpointError: a model type posenc runs whose config its reader refuses.
+    """
+    config = family_config(cfg, pairing="half")
     return config if getattr(config, "layer_plan", None) is not None else None  # encoders have no plan
 
 
 def seq2seq_config(cfg: dict[str, Any]) -> Any:
-    """The ``Seq2SeqConfig`` of an encoder–decoder config a posenc family reads (T5, Marian, Whisper), else None."""
+    """The ``Seq2SeqConfig`` of an encoder–decoder config a posenc family reads (T5, Marian, Whisper), else None.
+
+    Raises:
+        CheckpointError: a model type posenc runs whose config its reader refuses.
+    """
     from posenc.models.seq2seq import Seq2SeqConfig
 
-    if not isinstance(cfg.get("model_type"), str):
-        return None
-    try:
-        config = config_from_hf(cfg)
-    except ValueError:
-        return None
+    config = family_config(cfg)
     return config if isinstance(config, Seq2SeqConfig) else None
 
 
@@ -78,6 +102,13 @@ def _stacks(ckpt: Checkpoint, found: Any, config: Any) -> dict[str, Any]:
                                                    dtype=raw.dtype)
         elif relative is not None:
             entry["tensor"] = relative
+        elif any(True for _ in scheme.parameters()):  # a learned scheme (T5's buckets): its table must be stored
+            name = scheme.describe().get("name")
+            where = (f" ({stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight)" if name == "t5"
+                     else "")
+            raise CheckpointError(f"{ckpt.source}: the {stack}'s position scheme ({name}) is learned, but the "
+                                  f"checkpoint stores no {stack} table for it{where}; the checkpoint is incomplete "
+                                  "or corrupt — it is not computed by the scheme")
         else:
             entry["note"] = "computed by the scheme, not stored in the checkpoint"
         out[stack] = entry

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from posenc.families.hf_config import HFConfig
+from posenc.families.hf_config import MAX_CONTEXT, MAX_HEADS, MAX_LAYERS, MAX_WIDTH, HFConfig
 from posenc.families.rope import ROPE_TYPES, rope_blocks, rope_scheme
 from posenc.positions import build, lookup
 from posenc.positions.temperature import Llama4QueryScale
@@ -142,29 +142,81 @@ def _described(name: str, options: dict[str, Any]) -> str:
     return words.get(name, f"{name} ({lookup(name).family})")
 
 
-def head_width(config: dict[str, Any], layer_type: str | None) -> int:
-    """The width RoPE sees: DeepSeek's qk_rope_head_dim, Gemma 4's global head width, head_dim, or D/H."""
-    if config.get("qk_rope_head_dim"):
-        return int(config["qk_rope_head_dim"])
-    if layer_type == "full_attention" and config.get("global_head_dim"):
-        return int(config["global_head_dim"])
-    if config.get("head_dim"):
-        return int(config["head_dim"])
-    heads = int(config.get("num_attention_heads") or 1)
-    return int(config.get("hidden_size", 0)) // heads
+def _typed(config: dict[str, Any], source: str = "config") -> HFConfig:
+    return HFConfig({k: v for k, v in config.items() if not k.startswith("_")}, source=source)
+
+
+def head_width(config: dict[str, Any], layer_type: str | None, source: str = "config") -> int:
+    """The width RoPE sees: DeepSeek's qk_rope_head_dim, Gemma 4's global head width, head_dim, or D/H.
+
+    Read as the loader reads sizes (``HFConfig``: integers within bounds); a width below 2 is refused by name.
+    """
+    c = _typed(config, source)
+    for key in ("qk_rope_head_dim", *(("global_head_dim",) if layer_type == "full_attention" else ()), "head_dim"):
+        if key in c:
+            width = c.int(key, maximum=MAX_WIDTH)
+            break
+    else:
+        heads = c.int("num_attention_heads", 1, maximum=MAX_HEADS)
+        width = c.int("hidden_size", maximum=MAX_WIDTH) // heads
+        if width < 2:
+            raise ValueError(f"{source}: hidden_size / num_attention_heads = {c.raw('hidden_size')} / {heads} gives "
+                             f"a head width of {width}; RoPE rotates pairs, so it needs at least 2 — the config is "
+                             "corrupt or not a real model's")
+    return width
+
+
+def generic_sizes(config: dict[str, Any], source: str = "config") -> dict[str, Any]:
+    """The sizes the audit of a model type posenc does not run reads, typed and bounded as the loader's readers
+    (``posenc.families.decoder_sizes``, ``layer_types``) read them: a value the loader would refuse is refused here.
+
+    Returns ``{"layers": int | None, "max_position_embeddings": int | None, "layer_types": list | None}``.
+
+    Raises:
+        ValueError: naming the file, the field and the value (``head_dim 0``, ``max_position_embeddings -1`` or
+            ``1e20``, ``layer_types`` of the wrong length or not strings, …).
+    """
+    from posenc.families import layer_types
+
+    c = _typed(config, source)
+    c.int("num_attention_heads", None, maximum=MAX_HEADS)
+    for key in ("hidden_size", "head_dim", "qk_rope_head_dim", "global_head_dim"):
+        c.int(key, None, maximum=MAX_WIDTH)
+    for key in ("max_position_embeddings", "original_max_position_embeddings"):
+        c.int(key, None, maximum=MAX_CONTEXT)
+    layers = c.int("num_hidden_layers", None, maximum=MAX_LAYERS)
+    if layers is not None:
+        types = layer_types(c, layers)
+    else:
+        types = c.list("layer_types", None)
+        if types is not None and not all(isinstance(t, str) for t in types):
+            raise ValueError(f"{source}: layer_types must be a list of strings, got {types!r}")
+    flags = c.list("no_rope_layers", None, length=layers)
+    if flags is not None and not all(f in (0, 1) and not isinstance(f, float) for f in flags):
+        raise ValueError(f"{source}: no_rope_layers must list 1 (RoPE) or 0 (NoPE) per layer, got {flags!r}")
+    blocks = set(layer_blocks(config, [], source))
+    if types is not None and "all" not in blocks:  # one RoPE block per layer type: each rotating type needs its own
+        missing = sorted({t for i, t in enumerate(types) if t not in blocks and (flags is None or flags[i])})
+        if missing:
+            raise ValueError(f"{source}: layer_types names {missing}, which no RoPE block covers (the config gives "
+                             f"blocks for {', '.join(sorted(blocks))}); the config is corrupt or not a real model's")
+    head_width(config, None, source)
+    return {"layers": layers, "max_position_embeddings": c.int("max_position_embeddings", None, maximum=MAX_CONTEXT),
+            "layer_types": types}
 
 
 #: Model types whose RoPE base is fixed by the architecture, not a config field (no key to miss): GPT-J's 10,000.
 FIXED_BASE = {"gptj": 10000.0}
 
 
-def layer_blocks(config: dict[str, Any], findings: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def layer_blocks(config: dict[str, Any], findings: list[dict[str, Any]], source: str = "config"
+                 ) -> dict[str, dict[str, Any]]:
     """{layer type: RoPE block}; a config without types gives one type, "all"."""
-    c = HFConfig({k: v for k, v in config.items() if not k.startswith("_")}, source="config")
+    c = _typed(config, source)
     blocks = rope_blocks(c)
     if None in blocks and config.get("rope_local_base_freq") is not None:  # Gemma 3 (transformers 4), GGUF swa
         blocks = {"full_attention": blocks[None],
-                  "sliding_attention": {"rope_type": "default", "rope_theta": float(config["rope_local_base_freq"])}}
+                  "sliding_attention": {"rope_type": "default", "rope_theta": c.float("rope_local_base_freq", above=0)}}
     raw = config.get("rope_parameters") or config.get("rope_scaling") or {}
     nested = isinstance(raw, dict) and any(isinstance(v, dict) for v in raw.values())
     for layer_type, block in blocks.items():
@@ -198,17 +250,21 @@ def finding(severity: str, layer_type: str | None, message: str, numbers: dict[s
 def derive(block: dict[str, Any], config: dict[str, Any], layer_type: str) -> tuple[str, dict[str, Any], int]:
     """(posenc scheme, options, head width) for one RoPE block; HunYuan's NTK-α and M-RoPE sections included."""
     head_dim = head_width(config, None if layer_type == "all" else layer_type)
-    max_pos = int(config.get("max_position_embeddings") or 2048)
+    max_pos = _typed(config).int("max_position_embeddings", 2048, maximum=MAX_CONTEXT)
     block = dict(block)
+    b = HFConfig(block, source="config (rope parameters)")
     if block.get("rope_type") == "dynamic" and block.get("alpha"):  # HunYuan: a fixed NTK-α, labelled dynamic
-        options = {"base": float(block["rope_theta"]), "pairing": "half", "factor": float(block["alpha"])}
+        options = {"base": b.float("rope_theta", above=1), "pairing": "half", "factor": b.float("alpha", above=0)}
         return "rope-ntk", options, head_dim
     if block.get("mrope_section") is not None:
-        interleaved = bool(block.get("mrope_interleaved")) or str(config.get("model_type", "")).startswith("qwen3")
-        options = {"base": float(block["rope_theta"]), "pairing": "half",
-                   "sections": [int(s) for s in block["mrope_section"]],
+        interleaved = b.bool("mrope_interleaved", False) or str(config.get("model_type", "")).startswith("qwen3")
+        sections = b.list("mrope_section")
+        if not sections or not all(isinstance(s, int) and not isinstance(s, bool) and 0 < s <= MAX_WIDTH
+                                   for s in sections):
+            raise ValueError(f"config (rope parameters): mrope_section must list positive integers, got {sections!r}")
+        options = {"base": b.float("rope_theta", above=1), "pairing": "half", "sections": sections,
                    "layout": "interleaved" if interleaved else "sections"}
-        rotary = int(head_dim * float(block.get("partial_rotary_factor", 1.0)))
+        rotary = int(head_dim * b.float("partial_rotary_factor", 1.0, above=0, maximum=1))
         if rotary != head_dim:
             options["rotary_dim"] = rotary
         return "mrope", options, head_dim
@@ -261,8 +317,9 @@ def precision(theta: torch.Tensor, positions: list[int], attention_factor: float
 
 # -- the audit ----------------------------------------------------------------------------------------------------
 def original_length(options: dict[str, Any], config: dict[str, Any]) -> int:
-    return int(options.get("original_max_len") or config.get("original_max_position_embeddings")
-               or config.get("max_position_embeddings") or 2048)
+    c = _typed(config)
+    return int(options.get("original_max_len") or c.int("original_max_position_embeddings", None, maximum=MAX_CONTEXT)
+               or c.int("max_position_embeddings", 2048, maximum=MAX_CONTEXT))
 
 
 def audit(model: Any, *, positions: list[int] | None = None, hf_check: bool = True,
@@ -286,13 +343,15 @@ def audit(model: Any, *, positions: list[int] | None = None, hf_check: bool = Tr
         model = describe_config(model, source=source or "config.json")
     source = source or model.source
     config = model.hf_config
+    if model.family is None:  # no family reader checked it: the sizes the audit reads, as the loader would
+        generic_sizes(config, source)
     scheme = not_rotary(config) if model.family is None else _plan_not_rotary(model)
     if scheme is not None:
         raise ValueError(f"{source}: this model ({config.get('model_type')}) has no rotary positions — its positions "
                          f"are {scheme}; posenc rope audits RoPE only (`posenc inspect` measures other position "
                          "tables)")
     findings: list[dict[str, Any]] = []
-    blocks = layer_blocks(config, findings)
+    blocks = layer_blocks(config, findings, source)
     hf_cfg, hf_why = None, None
     if hf_check:
         hf_cfg, hf_why = _hf_reading(model, progress)
@@ -309,7 +368,7 @@ def audit(model: Any, *, positions: list[int] | None = None, hf_check: bool = Tr
         groups = _groups_from_plan(model, config, blocks)
     hf_layers = None
     if hf_cfg is not None:
-        num_layers = len(model.plan) or int(config.get("num_hidden_layers") or 1)
+        num_layers = len(model.plan) or _typed(config).int("num_hidden_layers", 1, maximum=MAX_LAYERS)
         from posenc.ropecheck.hf import layers as hf_layers_of
 
         try:
@@ -389,7 +448,7 @@ def _groups_from_plan(model: Any, config: dict[str, Any], blocks: dict[str, Any]
 def _groups_from_blocks(config: dict[str, Any], blocks: dict[str, Any]) -> list[dict[str, Any]]:
     """Groups for a model type posenc does not run: one per RoPE block of the config (no loaded plan)."""
     types = config.get("layer_types")
-    layers = int(config.get("num_hidden_layers") or 0)
+    layers = _typed(config).int("num_hidden_layers", 0, minimum=0, maximum=MAX_LAYERS)
     nope = _nope_indices(config)
     out = []
     for layer_type, block in blocks.items():
@@ -568,18 +627,44 @@ def _hf_plan_findings(hf_layers: list[Any], model: Any, findings: list[dict[str,
 CALC_METHODS = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
 
+def calculator_inputs(*, original_max_len: Any, target_len: Any, base: Any, head_dim: Any, method: str = "") -> None:
+    """Refuse, by flag, calculator inputs that give no real setting: lengths that are not integers in
+    [1, 2⁴⁰] with the target above L₀, a head width that is not an even integer ≥ 2 (≥ 4 for NTK, whose
+    exponent is d / (d − 2)), a base that is not a finite number > 1 (θ_i = base^(−2i/d) must fall with i).
+
+    Raises:
+        ValueError: naming the flag, the value and the range.
+    """
+    for flag, value in (("--original-max-len", original_max_len), ("--target-len", target_len)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_CONTEXT:
+            raise ValueError(f"{flag} must be an integer from 1 to {MAX_CONTEXT:,} (a context length), got {value!r}")
+    if not original_max_len < target_len:
+        raise ValueError(f"--target-len {target_len} must exceed --original-max-len {original_max_len}: the "
+                         "calculator extends a context")
+    smallest = 4 if method == "ntk" else 2
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not smallest <= head_dim <= MAX_WIDTH \
+            or head_dim % 2:
+        raise ValueError(f"--head-dim must be an even integer from {smallest} to {MAX_WIDTH:,} (RoPE rotates pairs"
+                         + ("; NTK's exponent d / (d − 2) needs d ≥ 4" if method == "ntk" else "")
+                         + f"), got {head_dim!r}")
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not math.isfinite(base) or not base > 1:
+        raise ValueError(f"--base must be a finite number > 1 (the RoPE base θ; 10000 for Llama 2, 500000 for "
+                         f"Llama 3), got {base!r}")
+
+
 def calculator(method: str, *, original_max_len: int, target_len: int, base: float = 10000.0,
                head_dim: int = 128) -> dict[str, Any]:
     """The HF config block, GGUF metadata and llama.cpp flags that extend L₀ to ``target_len`` with ``method``.
 
     Raises:
-        ValueError: an unknown method, or lengths that do not extend (target ≤ L₀).
+        ValueError: an unknown method, or inputs ``calculator_inputs`` refuses (lengths that do not extend, a head
+            width or base that gives no RoPE).
     """
     if method not in CALC_METHODS:
         raise ValueError(f"--calc {method!r}: choose one of {', '.join(CALC_METHODS)} (LongRoPE needs searched "
                          "per-pair factors, which no calculator can give)")
-    if not 0 < original_max_len < target_len:
-        raise ValueError(f"the target length {target_len} must exceed the original length {original_max_len} (> 0)")
+    calculator_inputs(original_max_len=original_max_len, target_len=target_len, base=base, head_dim=head_dim,
+                      method=method)
     factor = target_len / original_max_len
     hf: dict[str, Any] = {"max_position_embeddings": target_len}
     gguf: dict[str, Any] = {"{arch}.context_length": target_len, "{arch}.rope.freq_base": base}

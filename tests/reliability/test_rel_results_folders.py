@@ -99,3 +99,49 @@ def test_report_only_with_nothing_but_garbage_is_refused_naming_it(extended):
         cell.write_text("[]")
     assert_refused(posenc("extend", argv[1], "--report-only", "--out", out), "no finished cells",
                    "are not cells")
+
+
+# -- finetune's results folders -------------------------------------------------------------------------------------
+def test_finetune_grid_report_on_an_empty_folder_is_refused(tmp_path):
+    """It once wrote an empty results.json and exited 0, where extend --report-only refuses the same."""
+    out = tmp_path / "grid"
+    assert_refused(posenc("finetune", "grid", "--quick", "--stage", "report", "--out", out), "no finished cells",
+                   "nothing to report")
+    assert not (out / "results.json").exists()
+
+
+def test_finetune_resume_before_the_first_checkpoint_says_to_start_without_resume(tmp_path):
+    out = tmp_path / "run"
+    (out / "checkpoints").mkdir(parents=True)  # killed before its first checkpoint
+    assert_refused(posenc("finetune", "run", tmp_path / "missing-model", "--factor", "2", "--resume", "--out", out),
+                   "holds no checkpoint yet", "the same command without --resume")
+
+
+# -- interruption ---------------------------------------------------------------------------------------------------
+def test_extend_stops_on_sigterm_after_the_current_cell_and_resumes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from model_files import SRC
+
+    model = hf_folder(tmp_path / "model")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "posenc", "extend", str(model), "--methods", "rope,rope-yarn,rope-ntk,rope-linear",
+            "--factors", "2,3,4,5,6,7,8,9", "--text", "licenses", "--max-tokens", "640", "--passkey-trials", "0",
+            "--out", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list((out / "cells").glob("*.json")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted after" in err and "run the same command again to resume" in err
+    saved = {p.name for p in (out / "cells").glob("*.json")}
+    assert saved and all(read_json(out / "cells" / name, "cell")["kind"] for name in saved)
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert saved < {p.name for p in (out / "cells").glob("*.json")}

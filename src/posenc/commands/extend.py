@@ -286,6 +286,11 @@ def _run(args: argparse.Namespace, out: Path | None) -> int:
     grid = Grid(pm.model.eval(), pm.tokenizer, cfg, store, model_id=model_id, builder=build_decoder,
                 progress=not args.quiet, log=log)
     cells = grid.run()
+    if grid.interrupted:  # Ctrl-C / SIGTERM: every finished cell and trial is saved; no report of half a grid
+        print(f"extend: interrupted after {len(cells)} cell(s), all saved" + (
+            f" in {out / 'cells'}; run the same command again to resume" if out is not None else
+            " nowhere (--out -)"), file=sys.stderr)
+        return 130
     meta["wall_seconds_this_invocation"] = round(time.perf_counter() - began, 1)
     meta["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
     summary = summarise(cells)

@@ -83,6 +83,14 @@ def run_finetune(args: argparse.Namespace) -> int:
     check_output(args.json, "--json")
     if args.resume and out is None:
         raise ValueError("--resume needs --out DIR (the folder of the run to continue)")
+    if args.resume:
+        from posenc.checkpoint import LATEST, STATE_FILE
+
+        ckpts = out / "checkpoints"
+        if not (ckpts / STATE_FILE).exists() and not (ckpts / LATEST).exists():  # stopped before its first save
+            raise FileNotFoundError(f"--resume: {ckpts} holds no checkpoint yet (the run was stopped before its first "
+                                    "one, or never started there); run the same command without --resume to start "
+                                    "it")
     method = check_methods([args.method], searched=args.longrope is not None)[0]
     if method == "rope-longrope" and args.longrope is None:
         raise ValueError("--method rope-longrope needs --longrope FILE|DIR (a search result: posenc finetune search)")
@@ -230,8 +238,12 @@ def run_grid(args: argparse.Namespace) -> int:
         cells = rep.run(stages=stages, shard=args.shard)
     # the one-line result and where the report is, even under --quiet
     print(f"grid: {len(cells)} cells this call, {time.perf_counter() - began:.0f} s; load {os.getloadavg()[0]:.1f}"
-          + (f"; report in {out / 'results.md'}" if "report" in stages and args.shard == (0, 1) else ""),
+          + (f"; report in {out / 'results.md'}" if "report" in stages and args.shard == (0, 1)
+             and not rep.interrupted else ""),
           flush=True)
+    if rep.interrupted:  # the stopped cell's checkpoint is saved: the same command continues it
+        print(f"finetune grid: interrupted; run the same command again to resume ({out})", file=sys.stderr)
+        return 130
     return 0
 
 

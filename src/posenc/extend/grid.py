@@ -130,6 +130,8 @@ class Grid:
         self.model_id, self.builder, self.progress, self.log = model_id, builder, progress, log
         self._variant: tuple[tuple[str, float | None], nn.Module] | None = None
         self._docs: dict[str, Document] = {}
+        self._stop: dict[str, bool] = {"stop": False}  # set by the first Ctrl-C / SIGTERM during run()
+        self.interrupted = False  #: run() stopped early on a signal, every finished cell (and trial) saved
 
     def variant(self, method: str, factor: float | None) -> nn.Module:
         """The (method, factor) model, built once and kept until another is asked for."""
@@ -271,6 +273,8 @@ class Grid:
         share = self.cfg.share_prefixes and not needs_length(method)
         prefixes = PrefixCaches(model, budget=3 * length) if share else None
         for trial in todo:
+            if self._stop["stop"]:  # Ctrl-C / SIGTERM: the trials so far are saved; a rerun resumes at the next
+                break
             prompt = build_prompt(self.tokenizer, trial)
             steps = answer_tokens(trial, self.cfg.answer_tokens)
             if needs_length(method):  # fixed-mode dynamic NTK: one base for prompt + answer
@@ -320,13 +324,20 @@ class Grid:
 
         i, n = self.cfg.shard or (0, 1)
         todo = [(kind, run) for index, (kind, run) in enumerate(self.plan()) if index % n == i]
+        from posenc.train import _stop_on_signal
+
         cells = []
-        with Overall(len(todo), "extend", enabled=self.progress) as overall:  # cell k of n, elapsed, time left
+        # the first SIGINT/SIGTERM stops after the current cell (a retrieval cell: its current trial), all saved
+        with _stop_on_signal() as self._stop, Overall(len(todo), "extend", enabled=self.progress) as overall:
             for kind, run in todo:
+                if self._stop["stop"]:
+                    break
                 overall.start(kind)
                 began = time.perf_counter()
                 cells.append(run())
                 overall.done(kept=time.perf_counter() - began < 0.05)  # read back from an earlier run
+        self.interrupted = self._stop["stop"]
+        self._stop = {"stop": False}
         self._variant = None
         return cells
 

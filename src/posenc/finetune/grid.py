@@ -152,6 +152,7 @@ class Replication:
                  log: Callable[[str], None] = print) -> None:
         self.cfg, self.out, self.progress, self.log = cfg, Path(out), progress, log
         self._tokens: torch.Tensor | None = None
+        self.interrupted = False  #: a cell was stopped by Ctrl-C / SIGTERM (its checkpoint saved); no report then
 
     # -- shared pieces ---------------------------------------------------------------------------
     def tokens(self) -> torch.Tensor:
@@ -171,11 +172,23 @@ class Replication:
                            passkey_trials=self.cfg.passkey_trials, seed=0)
 
     def _done(self, folder: Path, steps: int) -> bool:
-        path = folder / "result.json"
-        if not path.exists():
-            return False
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data.get("step") == steps and not data.get("interrupted")
+        data = self._read(folder / "result.json", "run result")
+        return data is not None and data.get("step") == steps and not data.get("interrupted")
+
+    def _read(self, path: Path, what: str) -> dict[str, Any] | None:
+        """A JSON file of the results folder (``posenc.validation.read_json``); None when absent or not one —
+        then named, and the work it stood for done again."""
+        from posenc.validation import UnreadableFile, read_json
+
+        if not path.exists() and not path.is_symlink():
+            return None
+        try:
+            return read_json(path, what, fix="the grid redoes what it stood for")
+        except UnreadableFile as err:
+            self.log(f"not a {what}, redone: {err.path} ({err.reason})")
+            return None
+        except FileNotFoundError:
+            return None
 
     # -- 1. pretraining ----------------------------------------------------------------------------
     def pretrain(self) -> Path:
@@ -228,10 +241,9 @@ class Replication:
 
         folder = self.out / f"longrope-x{factor:g}"
         cfg = self.search_config(factor)
-        if (folder / RESULT_FILE).exists():
-            saved = json.loads((folder / RESULT_FILE).read_text(encoding="utf-8"))
-            if saved.get("config") == cfg.to_dict():
-                return saved
+        saved = self._read(folder / RESULT_FILE, "search result")
+        if saved is not None and saved.get("config") == cfg.to_dict():
+            return saved
         self.log(f"search: LongRoPE factors for s = {factor:g}")
         return Search(self.start().model, self.tokens(), cfg, out=folder, progress=self.progress, log=self.log).run()
 
@@ -270,12 +282,10 @@ class Replication:
 
     def _saved(self, name: str, ft: Any) -> dict[str, Any] | None:
         """The cell's saved result, if one was made with this configuration."""
-        path = self.out / "cells" / f"{name}.json"
-        if path.exists():
-            saved = json.loads(path.read_text(encoding="utf-8"))
-            if saved.get("config") == ft.to_dict():
-                self.log(f"{name}: done earlier, kept")
-                return saved
+        saved = self._read(self.out / "cells" / f"{name}.json", "cell")
+        if saved is not None and saved.get("config") == ft.to_dict():
+            self.log(f"{name}: done earlier, kept")
+            return saved
         return None
 
     def _fine_tune(self, name: str, method: str, factor: float, seed: int, ft: Any, start: Any
@@ -350,11 +360,12 @@ class Replication:
                         self.log(f"{name}: skipped, {str(held).split(';')[0]}")
                         overall.done(kept=True)
                         continue
-                    if cell is None:
+                    if cell is None:  # interrupted (Ctrl-C / SIGTERM): the cell's checkpoint is saved
+                        self.interrupted = True
                         break
                     cells.append(cell)
                     overall.done(kept=time.perf_counter() - began < 0.05)  # a saved cell read back
-        if "report" in stages and count == 1:
+        if "report" in stages and count == 1 and not self.interrupted:
             from posenc.finetune.report import write_report
 
             write_report(self.out, self.cfg)

@@ -10,7 +10,6 @@ than its scale (``train_factor`` t < s) adds [t·L₀, s·L₀): past the data, 
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -42,7 +41,19 @@ def interval(values: list[float]) -> dict[str, Any]:
 
 
 def load_cells(out: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((out / "cells").glob("*.json"))]
+    """The finished cells of ``out``; a file there that is not one is named on stderr and left out (the grid
+    recomputes it)."""
+    import sys
+
+    from posenc.validation import UnreadableFile, read_json
+
+    cells = []
+    for path in sorted((out / "cells").glob("*.json")):
+        try:
+            cells.append(read_json(path, "cell", fix="the grid's cells stage recomputes it"))
+        except UnreadableFile as err:
+            print(f"finetune grid: left out, not a cell: {err}", file=sys.stderr)
+    return cells
 
 
 def summarise(cells: list[dict[str, Any]], cfg: Any) -> dict[str, Any]:
@@ -409,6 +420,9 @@ def plots(summary: dict[str, Any], cfg: Any, out: Path) -> list[str]:
 def write_report(out: str | Path, cfg: Any, meta: dict[str, Any] | None = None) -> dict[str, Any]:
     out = Path(out)
     cells = load_cells(out)
+    if not cells:  # as extend --report-only: an empty results.json would read as a finished, empty grid
+        raise FileNotFoundError(f"no finished cells in {out / 'cells'}: nothing to report; run the grid's cells "
+                                f"first (posenc finetune grid --out {out}), or give the --out of a grid that ran")
     summary = summarise(cells, cfg)
     meta = dict(meta or {})
     meta.setdefault("cells", f"{len(cells)} of {len(cfg.cells())}")

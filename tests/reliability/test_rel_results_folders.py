@@ -145,3 +145,46 @@ def test_extend_stops_on_sigterm_after_the_current_cell_and_resumes(tmp_path):
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert saved < {p.name for p in (out / "cells").glob("*.json")}
+
+
+# -- search state, --longrope and --setting files ---------------------------------------------------------------------
+@pytest.mark.parametrize("content, reason", [("[]", "holds an array"), ("{garbage", "not a valid JSON search state"),
+                                             (DEEP, "nested 100000 deep"), ('{"x": 1}', "no config object")])
+def test_a_garbage_search_state_is_refused_naming_the_file_and_the_fix(tmp_path, content, reason):
+    from posenc.finetune.longrope import STATE_FILE, Search, SearchConfig
+
+    (tmp_path / STATE_FILE).write_text(content)
+    search = Search.__new__(Search)  # only load() is exercised: no model needed
+    search.out, search.cfg = tmp_path, SearchConfig(factor=2.0, original_max_len=64)
+    with pytest.raises(ValueError) as err:
+        search.load()
+    assert str(tmp_path / STATE_FILE) in str(err.value) and reason in str(err.value)
+    assert "delete it to start the search again" in str(err.value)
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"not json", "not a valid JSON --longrope search result"),
+    (b'{"options": {"long_factor": ["1.0", "2.0"]}}', "must be a list of positive numbers"),
+    (b'{"options": {"long_factor": "\xff"}}', "not UTF-8"),
+    (b"[]", "holds an array"),
+])
+def test_a_bad_longrope_file_is_refused_in_one_line(tmp_path, content, reason):
+    bad = tmp_path / "result.json"
+    bad.write_bytes(content)
+    assert_refused(posenc("finetune", "run", tmp_path / "m", "--method", "rope-longrope", "--longrope", bad,
+                          "--factor", "2"), "--longrope", str(bad), reason)
+
+
+def test_a_bad_setting_file_is_refused_in_one_line(tmp_path):
+    from posenc.commands.export import read_setting
+
+    for content, reason in [(b"\xff\xfe", "not UTF-8"), (DEEP.encode(), "nested"), (b"[1]", "holds an array")]:
+        bad = tmp_path / "setting.json"
+        bad.write_bytes(content)
+        with pytest.raises(ValueError, match=reason) as err:
+            read_setting(bad)
+        assert str(err.value).startswith(f"--setting {bad}")
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="FIFO"):
+        read_setting(fifo)

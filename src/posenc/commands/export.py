@@ -104,13 +104,14 @@ def run(args: argparse.Namespace) -> int:
 
 def read_setting(path: Path) -> tuple[str, dict]:
     """(scheme, options) of a ``--setting`` file: ``{"method" or "position": NAME, "options": {...}}``."""
-    import json
+    from posenc.validation import UnreadableFile, read_json
 
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"--setting {path}: not a readable JSON file ({err})") from None
-    name = data.get("position", data.get("method")) if isinstance(data, dict) else None
+        data = read_json(path, "--setting file", fix="give a result.json of posenc finetune search, or "
+                         '{"method": NAME, "options": {...}}')
+    except UnreadableFile as err:
+        raise ValueError(f"--setting {err}") from None
+    name = data.get("position", data.get("method"))
     if not isinstance(name, str) or not isinstance(data.get("options", {}), dict):
         raise ValueError(f"--setting {path}: needs a 'method' (or 'position') name and an 'options' object, as "
                          "`posenc finetune search` writes in result.json")

@@ -295,7 +295,15 @@ class Search:
         """Restore a saved state; False when there is none. A state from other settings is refused."""
         if self.out is None or not (self.out / STATE_FILE).exists():
             return False
-        state = json.loads((self.out / STATE_FILE).read_text(encoding="utf-8"))
+        from posenc.validation import UnreadableFile, read_json
+
+        fix = "delete it to start the search again, or give another --out"
+        try:
+            state = read_json(self.out / STATE_FILE, "search state", fix=fix)
+        except UnreadableFile as err:
+            raise ValueError(str(err)) from None
+        if not isinstance(state.get("config"), dict):
+            raise ValueError(f"{self.out / STATE_FILE}: not a search state (no config object); {fix}")
         if state.get("config") != self.cfg.to_dict():
             diff = {k: (state["config"].get(k), v) for k, v in self.cfg.to_dict().items()
                     if state.get("config", {}).get(k) != v}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,13 +125,22 @@ def read_searched(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         path = path / "result.json"
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"--longrope {path}: no search result there (posenc finetune search writes "
                                 "OUT/result.json)")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    options = data.get("options") if isinstance(data, dict) else None
-    if not isinstance(options, dict) or "long_factor" not in options:
-        raise ValueError(f"--longrope {path}: not a search result (no options.long_factor)")
+    from posenc.validation import UnreadableFile, read_json
+
+    fix = "give the result.json (or the --out folder) of a posenc finetune search"
+    try:
+        data = read_json(path, "--longrope search result", fix=fix)
+    except UnreadableFile as err:
+        raise ValueError(f"--longrope {err}") from None
+    options = data.get("options")
+    factors = options.get("long_factor") if isinstance(options, dict) else None
+    if not isinstance(factors, list) or not factors or not all(
+            isinstance(f, (int, float)) and not isinstance(f, bool) and math.isfinite(f) and f > 0 for f in factors):
+        raise ValueError(f"--longrope {path}: not a search result (options.long_factor must be a list of positive "
+                         f"numbers, got {str(factors)[:80]}); {fix}")
     return options
 
 

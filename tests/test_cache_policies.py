@@ -213,8 +213,12 @@ def test_decoder_refusals() -> None:
 def test_per_layer_plan_sliding_layers_keep_their_window() -> None:
     plan = [LayerSpec(position="rope", window=Window("sliding", 6)), LayerSpec(position="rope")]
     model = tiny(layer_plan=[s.to_dict() for s in plan])
-    with pytest.raises(ValueError, match="window of 6 tokens"):
+    with pytest.raises(ValueError, match="window of 6 tokens.*at least 7 tokens"):
         model.new_cache("window:6")
+    model.new_cache("window:7")  # 7 − 7 // 4 = 6 kept
+    with pytest.raises(ValueError, match="window of 6 tokens.*at least 10 tokens"):
+        model.new_cache("shift:1,ctx:9")
+    model.new_cache("shift:1,ctx:10")  # 10 − (10 − 1) // 2 = 6 kept
     cache = model.new_cache("sink:2,window:12")
     ids = torch.randint(0, 64, (1, 40))
     with torch.no_grad():

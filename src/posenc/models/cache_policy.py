@@ -191,7 +191,7 @@ class StreamCache(list):  # type: ignore[type-arg]
                 raise ValueError(
                     f"cache policy {policy}: the model's windowed layers keep their window of {widest} tokens, "
                     f"more than the {self.capacity - self.piece} tokens this policy is sure to keep; give a "
-                    f"cache of at least {widest + self.piece} tokens")
+                    f"cache of at least {self._smallest(widest)} tokens")
         if policy.kind == "rescale":
             for attn in self.attentions:
                 scheme = attn.position
@@ -208,14 +208,18 @@ class StreamCache(list):  # type: ignore[type-arg]
     @property
     def piece(self) -> int:
         """The most new tokens one forward may bring (``Decoder.hidden`` splits longer inputs)."""
+        return _piece(self.policy, self.capacity)
+
+    def _smallest(self, widest: int) -> int:
+        """The smallest cache (sinks + window, or ctx) this policy's kind needs to keep ``widest`` tokens."""
         p = self.policy
-        if p.kind in ("window", "sink"):
-            assert p.window is not None
-            return max(1, p.window // 4)
-        if p.kind == "shift":
-            assert self.capacity is not None
-            return max(1, (self.capacity - p.keep) // 2)
-        return 1 << 62
+        size = widest + 1
+        while True:
+            window = size - p.sinks
+            trial = CachePolicy(p.kind, window=window, sinks=p.sinks, keep=p.keep, ctx=size)
+            if window >= 1 and size - _piece(trial, size) >= widest:
+                return size
+            size += 1
 
     def pieces(self, total: int) -> Iterator[tuple[int, int]]:
         """[start, stop) ranges of ``total`` new tokens, each at most ``piece`` long."""
@@ -312,6 +316,17 @@ class StreamCache(list):  # type: ignore[type-arg]
     def describe(self) -> dict[str, Any]:
         return {"policy": str(self.policy), "capacity": self.capacity, "seen": self.seen, "held": self.tokens.numel(),
                 "moves": self.moves, "dropped": self.dropped}
+
+
+def _piece(p: CachePolicy, capacity: int | None) -> int:
+    """The most new tokens one forward may bring under policy ``p`` with a cache of ``capacity`` tokens."""
+    if p.kind in ("window", "sink"):
+        assert p.window is not None
+        return max(1, p.window // 4)
+    if p.kind == "shift":
+        assert capacity is not None
+        return max(1, (capacity - p.keep) // 2)
+    return 1 << 62
 
 
 def rescaled(scheme: PositionScheme, option: str, original: Any, length: int) -> Any:

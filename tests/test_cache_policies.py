@@ -230,3 +230,14 @@ def test_per_layer_plan_sliding_layers_keep_their_window() -> None:
             assert torch.equal(sliding.positions, full.positions[-sliding.stored:])
             assert torch.equal(sliding.k, model.layers[0].attn.position.rotate_key(sliding.raw, sliding.positions))
     assert cache.moves > 0
+
+
+def test_move_keeps_per_sequence_positions() -> None:
+    scheme = build("rope", dim=DIM, num_heads=HEADS)
+    raw = torch.randn(2, 2, 5, DIM // HEADS)
+    positions = torch.tensor([[0, 1, 2, 3, 4], [3, 4, 5, 6, 7]])
+    cache = KVCache(keep_raw=True)
+    cache.append(scheme.rotate_key(raw, positions), raw, positions, raw=raw)
+    cache.move(torch.tensor([0, 3, 4]), torch.arange(3), scheme)
+    assert cache.positions.shape == (2, 3) and cache.dropped == 2 and cache.length == 5
+    assert torch.equal(cache.k, scheme.rotate_key(raw[..., [0, 3, 4], :], torch.arange(3)))

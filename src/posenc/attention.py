@@ -68,7 +68,10 @@ class KVCache:
     used up the held keys move to a new buffer (so copies are amortised to a few
     per token, and a windowed layer's buffer stays O(W)). ``k``, ``v`` and
     ``positions`` are views of the held part; views handed out earlier keep
-    their values (writes go past their end). Under ``torch.compile``, while
+    their values (writes go past their end). A cache that moves
+    (``posenc.models.cache_policy``) also keeps the unrotated keys
+    (``keep_raw``, ``raw``) and concatenates; ``move`` drops and renumbers
+    held tokens, rotating each kept key afresh from its raw key. Under ``torch.compile``, while
     gradients are recorded, and when shared and per-sequence positions mix, the
     cache concatenates as before; ``reorder`` and ``mark_dynamic`` leave a plain
     tensor that the next step moves into fresh room.
@@ -141,7 +144,9 @@ class KVCache:
             self.raw = None if self.raw is None else self.raw.index_select(-2, index)
         if positions.shape[-1] != self.stored:
             raise ValueError(f"{positions.shape[-1]} positions for {self.stored} held keys")
-        self.positions = positions.expand_as(self.positions) if self.positions.dim() == 2 else positions.clone()
+        if self.positions.dim() == 2 and positions.dim() == 1:  # per-sequence positions stay (B, T)
+            positions = positions.expand(self.positions.shape[0], -1)
+        self.positions = positions.clone()
         if self.raw is not None:
             self.k = scheme.rotate_key(self.raw, self.positions).contiguous()
         self._room = None

@@ -14,6 +14,11 @@ JSON object a line, in token order::
 
     {"index": 1, "id": 504, "text": " capital", "loss": 3.2187}
 
+``--cache POLICY`` (``posenc.models.cache_policy``: window:W, sink:S,window:W, shift:KEEP[,ctx:N], rescale)
+scores the file as one stream instead: every token once, through a KV cache that moves as the policy says,
+``--stride`` tokens per forward (default 1: each token sees exactly what the policy keeps; more is faster, and
+a token then sees up to stride − 1 more). Loss by position under a policy is the per-token output.
+
 ``index`` is the token's position in the tokenized file (0 is the unscored
 first token), ``id`` its vocabulary id, ``text`` the token decoded alone
 (special tokens kept; a piece of a multi-byte character decodes to U+FFFD),

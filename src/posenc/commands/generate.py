@@ -1,7 +1,8 @@
 """``posenc generate MODEL --prompt TEXT``: continue a prompt with a pretrained Llama-family model.
 
 Greedy by default; ``--temperature`` (with ``--top-k`` / ``--top-p`` / ``--seed``)
-samples. The KV cache is always on; ``--chat`` wraps the prompt in the
+samples. The KV cache is always on (``--cache POLICY`` moves it as a long generation outgrows it:
+window, attention sinks, context shift, rescaled RoPE — ``posenc.models.cache_policy``); ``--chat`` wraps the prompt in the
 tokenizer's chat template. The continuation streams to stdout; the speed
 (prefill and decode tokens/s) goes to stderr unless ``--quiet``.
 """

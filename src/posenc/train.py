@@ -126,7 +126,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         positive_int(self.steps, "steps")
-        number(self.lr, "lr", above=0, fix="a typical peak learning rate is 1e-4 to 1e-2")
+        # at most 10 (an AdamW step moves a weight by about lr): 1e300 overflowed torch's update, a RuntimeError mid-run
+        number(self.lr, "lr", above=0, maximum=10, fix="a typical peak learning rate is 1e-4 to 1e-2")
         number(self.min_lr, "min_lr", minimum=0)
         number(self.weight_decay, "weight_decay", minimum=0)
         number(self.eps, "eps", above=0)

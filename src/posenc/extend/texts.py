@@ -70,18 +70,39 @@ def licenses_text(names: Sequence[str] = LICENSES, *, root: Path = LICENSE_ROOT)
     return "\n\n".join((root / n).read_text(encoding="utf-8").strip() for n in names)
 
 
-def load_document(spec: str) -> Document:
-    """``bible``, ``licenses``, or a path to a UTF-8 text file."""
+def load_document(spec: str, *, flag: str = "--text", names: Sequence[str] = ("bible", "licenses")) -> Document:
+    """``bible``, ``licenses``, or a path to a UTF-8 text file.
+
+    Args:
+        flag: the option that gave ``spec`` (``--train-text`` for fine-tuning), named in every message.
+        names: the built-in texts that option takes, listed when ``spec`` is none of them nor a file.
+
+    Raises:
+        FileNotFoundError: nothing at ``spec``.
+        ValueError: a FIFO, directory or device (said which — never read), bytes that are not UTF-8, an empty file.
+    """
     if spec == "bible":
         return Document("bible", bible_text(), f"World English Bible ({BIBLE_MODULE}): {', '.join(BIBLE_BOOKS)}")
     if spec == "licenses":
         return Document("licenses", licenses_text(), f"{LICENSE_ROOT}: {', '.join(LICENSES)}")
+    from posenc.validation import regular_file
+
     path = Path(spec)
-    if not path.is_file():
-        raise FileNotFoundError(f"--text {spec!r}: not 'bible', 'licenses' or an existing file")
-    text = path.read_text(encoding="utf-8")
+    builtin = ", ".join(repr(n) for n in names)
+    try:
+        regular_file(path, "text file")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{flag} {spec!r}: not {builtin} or an existing file") from None
+    except ValueError as err:  # "PATH is a FIFO (named pipe); posenc reads only regular files — …"
+        kind = str(err).removeprefix(str(path)).strip(" :").split(";")[0]
+        raise ValueError(f"{flag} {spec!r} {kind}, not a text file; "
+                         f"give {builtin} or a regular UTF-8 text file") from None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{flag} {spec!r}: not UTF-8 text (byte {err.start}); give a UTF-8 text file") from None
     if not text.strip():
-        raise ValueError(f"--text {spec!r} is empty")
+        raise ValueError(f"{flag} {spec!r} is empty")
     return Document(path.stem, text, str(path))
 
 

@@ -60,7 +60,7 @@ def training_document(spec: str) -> Document:
         return Document("bible-rest", bible_text(BIBLE_REST),
                         f"World English Bible ({BIBLE_MODULE}): {BIBLE_REST[0]}–{BIBLE_REST[-1]} "
                         f"({len(BIBLE_REST)} books, none of {', '.join(BIBLE_BOOKS)})")
-    return load_document(spec)
+    return load_document(spec, flag="--train-text", names=("bible-rest", "bible", "licenses"))
 
 
 def token_stream(doc: Document, tokenizer: Any) -> Tensor:

@@ -113,6 +113,10 @@ class SearchConfig:
             raise ValueError(f"top_k must be in [1, population={self.population}], got {self.top_k}")
         if not 0 <= self.mutate_prob <= 1:
             raise ValueError(f"mutate_prob must be in [0, 1], got {self.mutate_prob}")
+        bad = [n for n in self.start_tokens if isinstance(n, bool) or not isinstance(n, int) or n < 0]
+        if bad:  # n̂ counts the first tokens kept unscaled: a negative one is no count, not one "above the length"
+            raise ValueError(f"--start-tokens {', '.join(map(str, bad))}: n̂ (the first tokens left unscaled) must be "
+                             "an integer >= 0, e.g. --start-tokens 0,4,8")
         starts = tuple(sorted({int(n) for n in self.start_tokens if 0 <= int(n) < self.length}))
         if not starts:
             raise ValueError(f"no n̂ candidate in {list(self.start_tokens)} is below the length {self.length}")

@@ -102,6 +102,10 @@ def load_start(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: 
     pm = load_pretrained(str(path), dtype=dtype, device=device, weights="dequantised")
     # L0 from the one reading of the model (posenc.pretrained.description), as extend and rope take it
     l0 = pm.description.trained_context if pm.description is not None else pm.config.max_position_embeddings
+    if pm.tokenizer is None:  # fine-tuning encodes its text with the model's own tokenizer
+        raise ValueError(f"{path}: no tokenizer found beside the weights (tokenizer.json, or a GGUF's vocabulary); "
+                         "fine-tuning encodes --train-text with the model's own tokenizer — copy the model's "
+                         "tokenizer.json into the folder")
     return Start(pm.model.eval(), pm.tokenizer, int(l0), str(path.resolve()), "pretrained")
 
 

@@ -44,6 +44,10 @@ from posenc.finetune.model import Start, autocast, gradient_checkpointing, metho
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
+#: The largest learning rate ``FinetuneConfig`` accepts (an AdamW step moves a weight by about lr).
+MAX_LR = 10.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class FinetuneConfig:
     """One fine-tuning run (plain data: stored in every checkpoint and checked on resume).
@@ -105,6 +109,11 @@ class FinetuneConfig:
 
         positive_int(self.length, "length")
         positive_int(self.batch_size, "batch_size")
+        from posenc.validation import number
+
+        # an AdamW step moves each weight by about lr: above MAX_LR no model survives one step, and 1e300 overflowed
+        # torch's float update (RuntimeError) mid-run instead of being refused here
+        number(self.lr, "--lr", above=0, maximum=MAX_LR, fix="fine-tuning uses 1e-5 to 1e-3 (YaRN: 2e-5)")
         positive_int(self.chunk, "chunk")
         if self.lora_rank < 0:
             raise ValueError(f"lora_rank must be >= 0 (0: full fine-tuning), got {self.lora_rank}")

@@ -138,8 +138,35 @@ class Checkpoint:
 
 
 # -- reading one file ----------------------------------------------------------
+def not_weights(path: Path) -> str | None:
+    """What ``path`` is when it cannot hold weights of any format — "a directory", "a FIFO (named pipe)", "a
+    device", "only 3 bytes" — else None (a regular file of at least 4 bytes, which its format's reader judges)."""
+    try:
+        regular_file(path, "weights file")
+    except FileNotFoundError:
+        return "missing (a broken symbolic link?)" if path.is_symlink() else None
+    except ValueError as err:  # "PATH is a FIFO (named pipe); posenc reads only regular files — …"
+        return str(err).removeprefix(str(path)).strip(" :").removeprefix("is ").split(";")[0]
+    size = path.stat().st_size
+    return f"only {size} byte{'s' if size != 1 else ''} long (empty or truncated)" if size < 4 else None
+
+
+def refuse_not_weights(path: Path) -> None:
+    """Raise CheckpointError saying what ``path`` is when it is no weights file at all (``not_weights``), so that
+    a directory, FIFO, device or 3-byte file named ``model.bin`` is not called pickle-based."""
+    what = not_weights(path)
+    if what is not None:
+        raise CheckpointError(f"{path} is {what}: not a weights file of any format (safetensors, GGUF, CTranslate2 "
+                              "model.bin, or a pickle); download the model's weights again")
+
+
 def refuse_pickle(path: Path) -> None:
-    """Raise CheckpointError if ``path`` is (by name or by its first bytes) a pickle-based file."""
+    """Raise CheckpointError if ``path`` is (by name or by its first bytes) a pickle-based file.
+
+    A path that is no weights file at all (a directory, FIFO, device, a file under 4 bytes) is refused as what
+    it is (``refuse_not_weights``), not as a pickle, and is never opened.
+    """
+    refuse_not_weights(path)
     if path.suffix.lower() in PICKLE_SUFFIXES:
         raise CheckpointError(f"{path}: refusing a {path.suffix} file. {_CONVERT_HINT}")
     with path.open("rb") as f:
@@ -283,7 +310,10 @@ def find_weights(folder: Path) -> list[Path]:
     files = sorted(folder.glob("*.safetensors"))
     if files:
         return files
-    pickled = sorted(p.name for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+    candidates = sorted(p for p in folder.iterdir() if p.suffix.lower() in PICKLE_SUFFIXES)
+    for candidate in candidates:  # a model.bin that is a directory, FIFO, device or 3 bytes is no pickle
+        refuse_not_weights(candidate)
+    pickled = [p.name for p in candidates]
     if pickled:
         raise CheckpointError(f"{folder}: holds only pickle-based weights ({', '.join(pickled)}). {_CONVERT_HINT}")
     raise CheckpointError(f"{folder}: no .safetensors file (or *.safetensors.index.json) in this folder; "

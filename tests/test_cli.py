@@ -46,8 +46,9 @@ FLAGS = {
     "models": ["--json"],
     "perplexity": ["--cache", "--device", "--dtype", "--json", "--max-tokens", "--pairing", "--per-token", "--quiet", "--stride", "--threads",
                    "--weights", "--window"],
-    "rope": ["--base", "--calc", "--head-dim", "--json", "--no-hf", "--original-max-len", "--positions",
-             "--target-len"],
+    "rope": ["--base", "--calc", "--engines", "--head-dim", "--hf-config", "--json", "--lint", "--no-hf",
+             "--original-max-len", "--positions", "--target-len"],
+    "engines": ["--json"],
     "schemes": ["--dim", "--heads", "--json"],
     "train": ["--batch-size", "--checkpoint-dir", "--checkpoint-every", "--dim", "--dropout", "--eval-every",
               "--eval-examples", "--framing", "--gate-examples", "--heads", "--json", "--layers", "--lr", "--position", "--quick",
@@ -172,4 +173,4 @@ def test_version_names_posenc_torch_and_each_optional_part(capsys, monkeypatch):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"posenc {posenc.__version__} (torch {torch.__version__}")
     assert len(lines) == 1 + len(OPTIONAL_PARTS)
-    assert any(line.split()[0] == "gguf" and "absent" in line and "posenc[gguf]" in line for line in lines[1:])
+    assert any(line.split()[0] == "gguf" and "absent" in line and "posenc[models]" in line for line in lines[1:])

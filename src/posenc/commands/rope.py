@@ -122,10 +122,13 @@ def run(args: argparse.Namespace) -> int:
     model = read_source(args.source)
     say = None if json_to_stdout(args) else (lambda line: print(line, file=sys.stderr, flush=True))
     report = audit(model, positions=positions, hf_check=not args.no_hf, source=str(args.source), progress=say)
-    if not json_to_stdout(args):
+    if not json_to_stdout(args) and not args.lint:
         print_audit(report)
+    from posenc.commands.engines import rope_extras  # lint findings, --engines (exit status 3 when one differs)
+
+    code = rope_extras(args, model, report, positions if args.engines else None, say)
     write_json(args, report, indent=1)
-    return 0
+    return code
 
 
 def register(sub: Any) -> None:
@@ -148,5 +151,12 @@ def register(sub: Any) -> None:
     p.add_argument("--target-len", type=int, default=None, help="calculator: the length to reach")
     p.add_argument("--base", type=float, default=10000.0, help="calculator: the RoPE base (default 10000)")
     p.add_argument("--head-dim", type=int, default=128, help="calculator: the head width (NTK's exponent)")
+    p.add_argument("--engines", default=None, metavar="NAMES",
+                   help="compare each engine's own RoPE with posenc's float64 one: hf, torchtune, x-transformers, "
+                        "rotary-embedding-torch, mlx, llama.cpp, vllm, or all (exit status 3 when one differs; "
+                        "`posenc engines install NAME` installs one)")
+    p.add_argument("--lint", action="store_true", help="print only the config's lint findings (and --engines)")
+    p.add_argument("--hf-config", default=None, metavar="PATH",
+                   help="with a .gguf: the HF config.json it was converted from (lints its rope keys against it)")
     add_json(p)
     p.set_defaults(func=run)

@@ -90,21 +90,28 @@ def normalize(nb: Any) -> Any:
 
 def comparable(nb: Any) -> list[tuple[str, str]]:
     """What two runs must agree on: each code cell's text outputs (volatile parts masked) and image count."""
-    out = []
+    out: list[tuple[str, str]] = []
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
         for o in cell.get("outputs", []):
-            if o.output_type == "stream":
-                text = o.text
+            if o.output_type == "stream":  # one stream may arrive in several chunks: join them
+                if out and out[-1][0] == cell.id and out[-1][1].startswith(f"{o.name}:"):
+                    out[-1] = (cell.id, out[-1][1] + o.text)
+                    continue
+                text = f"{o.name}:" + o.text
             elif o.output_type in ("execute_result", "display_data"):
                 text = "<image>" if "image/png" in o.data else o.data.get("text/plain", "")
             else:
                 text = f"{o.output_type}: {o.get('ename', '')} {o.get('evalue', '')}"
-            for pattern, repl in VOLATILE:
-                text = pattern.sub(repl, text)
             out.append((cell.id, text))
-    return out
+    return [(cid, _masked(text)) for cid, text in out]
+
+
+def _masked(text: str) -> str:
+    for pattern, repl in VOLATILE:
+        text = pattern.sub(repl, text)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

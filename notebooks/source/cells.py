@@ -71,5 +71,5 @@ def exercise(exercise_id: str, *, ko: str, en: str, stub: str = "answer = ...") 
         md(ko=f"**연습문제 {exercise_id}** — {ko}\n\n" + fold.format("풀이 보기"),
            en=f"**Exercise {exercise_id}** — {en}\n\n" + fold.format("Show a solution")),
         code(stub),
-        code(f'book.check("{exercise_id}", answer, LANG)'),
+        code(f'book.check("{exercise_id}", answer, LANG);'),
     ]

@@ -107,7 +107,8 @@ formula is exercise 01.shift.)"""),
 for k in (1, 2, 5, 17, 50):
     row = []
     for table in (pe, random_table):
-        m = torch.linalg.lstsq(table[:-k], table[k:]).solution      # PE(i) @ m ≈ PE(i + k)
+        q, r = torch.linalg.qr(table[:-k])                         # «최소제곱: QR 로|least squares by QR»
+        m = torch.linalg.solve_triangular(r, q.T @ table[k:], upper=True)   # PE(i) @ m ≈ PE(i + k)
         row.append(((table[:-k] @ m - table[k:]).norm() / table[k:].norm()).item())
     print(f"k = {k:2}: «사인파 잔차|sinusoid residual» {row[0]:.1e}, «무작위 표 잔차|random-table residual» {row[1]:.2f}")"""),
 ]

@@ -97,7 +97,7 @@ def test_every_claim_and_exercise_is_in_the_book():
     for chapter in CHAPTER_MODULES:
         source = "\n".join(c.en for c in chapter.CELLS if c.kind == "code")
         shown += re.findall(r'course\.claim\("([^"]+)"\)\ncourse\.show', source)
-        exercises += re.findall(r'book\.check\("([^"]+)", answer, LANG\)', source)
+        exercises += re.findall(r'book\.check\("([^"]+)", answer, LANG\);', source)
         assert 2 <= len(re.findall(r"book\.check\(", source)) <= 4, chapter.SLUG
     assert sorted(shown) == sorted(EXPERIMENTS) and len(shown) == len(set(shown))
     assert sorted(exercises) == sorted(book.EXERCISES)
@@ -192,7 +192,7 @@ def test_printed_lab_numbers_equal_posenc_lab_json(executed):
                 rows = {r["name"]: r for r in lab_json(line[len(marker):])["properties"]}
                 assert "\n".join(lines[head:i]) == property_text([rows[n] for n in names], lang=lang)
                 checked += 1
-        assert ui("verdict_yes", lang) in text
+        assert not blocks(text, lang) or ui("verdict_yes", lang) in text
     assert checked >= 2 * (2 * len(EXPERIMENTS) + 1)
 
 

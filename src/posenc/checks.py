@@ -22,11 +22,17 @@ table) are a cache for eager mode; their size is a value read, so under
 compile the rows are computed directly from the positions instead (the same
 float64 formula). docs/compile.md lists every
 check and what it becomes under compile.
+
+The other check here is of the installation: :func:`require` imports an optional package
+(``pyproject.toml``'s extras; :data:`OPTIONAL_PARTS`) where a feature needs it, and refuses with
+the ``pip install 'posenc[EXTRA]'`` that brings it when it is absent.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 from torch import Tensor
@@ -53,3 +59,54 @@ def check_values(ok: Tensor, message: Callable[[], str], *, compiled_message: st
         torch._assert_async(ok.all(), compiled_message)
     elif not bool(ok.all()):
         raise ValueError(message())
+
+
+# -- optional packages ------------------------------------------------------------------------------------------
+#: The optional packages posenc imports where a feature needs them: (import name, what needs it, the extra of
+#: pyproject.toml that installs it). ``posenc --version`` lists them; :func:`require` names the extra.
+OPTIONAL_PARTS: tuple[tuple[str, str, str], ...] = (
+    ("tokenizers", "real models' tokenizers", "models"),
+    ("jinja2", "chat templates", "models"),
+    ("gguf", "reading and writing .gguf files", "models"),
+    ("ninja", "building the quantised decoding kernel", "models"),
+    ("transformers", "HF comparisons: posenc rope, bench", "hf"),
+    ("sacrebleu", "translation: BLEU and chrF scores", "text"),
+    ("ipykernel", "the course notebooks", "notebooks"),
+)
+_EXTRA = {module: extra for module, _, extra in OPTIONAL_PARTS} | {"IPython": "notebooks", "nbclient": "notebooks"}
+
+
+class MissingPart(ModuleNotFoundError, ValueError):
+    """An optional package a feature needs is not installed; the message names the extra that brings it.
+
+    A ``ModuleNotFoundError`` (code that can do without the package catches ``ImportError``) and a
+    ``ValueError`` (the command line prints the message as one line and exits 2).
+    """
+
+    def __init__(self, module: str, what: str, extra: str) -> None:
+        super().__init__(f"{what} needs the '{module}' package: pip install 'posenc[{extra}]'", name=module)
+        self.extra = extra
+
+
+def require(module: str, what: str, extra: str | None = None) -> ModuleType:
+    """Import the optional package ``module``, or raise :class:`MissingPart` naming its extra.
+
+    Args:
+        module: the import name (``"gguf"``).
+        what: the feature that needs it, the start of the message (``"reading .gguf files"``).
+        extra: the extra that installs it (default: its entry in :data:`OPTIONAL_PARTS`).
+
+    Raises:
+        MissingPart: the package is absent: "reading .gguf files needs the 'gguf' package:
+            pip install 'posenc[models]'". An installed package that fails to import for another reason (a
+            dependency of its own missing) raises its own error.
+
+    >>> require("json", "reading JSON", "models").__name__
+    'json'
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is not None and err.name.split(".")[0] != module.split(".")[0]:
+            raise  # the package is there, one of its own dependencies is not: its error says which
+        raise MissingPart(module, what, extra or _EXTRA[module.split(".")[0]]) from None

@@ -17,16 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 import posenc.commands
-
-
-#: Optional parts: (import name, what it brings, the extra that installs it).
-OPTIONAL_PARTS = (
-    ("tokenizers", "real models' tokenizers", "models"),
-    ("jinja2", "chat templates", "models"),
-    ("gguf", "reading .gguf files", "gguf"),
-    ("sacrebleu", "translation scores", "text"),
-    ("transformers", "HF checks (rope, tests)", "test"),
-)
+from posenc.checks import OPTIONAL_PARTS  # (import name, what it brings, the extra that installs it)
 
 
 def version_lines() -> list[str]:

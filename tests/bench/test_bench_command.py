@@ -143,7 +143,7 @@ def test_llama_pair_is_skipped_with_a_reason_without_transformers(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers → ImportError
     reason = llama_pair(TINY_LLAMA)
-    assert isinstance(reason, str) and "transformers is not installed" in reason
+    assert isinstance(reason, str) and "needs the 'transformers' package: pip install 'posenc[hf]'" in reason
     assert "not requested" in llama_pair({**TINY_LLAMA, "llama": False})
 
 

@@ -116,11 +116,12 @@ def llama_pair(spec: dict[str, Any]) -> tuple[nn.Module, nn.Module] | str:
     """
     if not spec.get("llama", True):
         return "not requested (spec llama = false)"
+    from posenc.checks import require
+
     try:
-        import transformers
+        transformers = require("transformers", "timing posenc's Decoder against HF's LlamaForCausalLM")
     except ImportError as err:
-        return (f"HF transformers is not installed ({err}); it is a test dependency: "
-                "pip install 'posenc[test]' to time posenc Decoder against LlamaForCausalLM")
+        return str(err)
     from posenc.models.decoder import build_decoder
     from posenc.pretrained.hf import llama_config_from_hf, load_llama_weights
 

@@ -484,6 +484,9 @@ def gguf_tokenizer_from_json(text: str, config: dict[str, Any], tokenizer_config
         if config.get(hf) is not None:  # of a list (Gemma 3's eos_token_id [1, 106]) the first, as llama.cpp's
             ids = config[hf]
             meta[f"tokenizer.ggml.{key}_token_id"] = int(ids[0] if isinstance(ids, list) else ids)
+    from posenc.checks import require
+
+    require("tokenizers", "converting a tokenizer.json to GGUF")
     from tokenizers import Tokenizer
 
     from posenc.pretrained.tokenizer import adds_special
@@ -742,6 +745,10 @@ def write_gguf(path: Path, src: Source, config: dict[str, Any], spelled: RopeSpe
     """A GGUF of architecture ``arch`` with the RoPE keys of ``spelled`` (Gemma 3: its global layers'): a GGUF
     source's tensors block for block and its metadata key for key (``gguf_type`` None), or every matrix in
     ``gguf_type``; an HF source's tokenizer converted."""
+    from posenc.checks import require
+
+    require("gguf", "writing .gguf files")  # before anything is written
+
     def fill(tmp: Path) -> None:
         import gguf
 

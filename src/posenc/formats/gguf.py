@@ -88,7 +88,6 @@ LAYER_NAMES = ARCHS["llama"].layer_names
 #: Values dequantised per call (a large table is decoded in row chunks of about this size).
 DEQUANT_CHUNK = 1 << 20
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
-_INSTALL = "pip install gguf"
 
 
 @dataclass
@@ -123,11 +122,9 @@ class GGUFCheckpoint:
 
 # -- opening ------------------------------------------------------------------------------------------------------
 def _gguf():
-    try:
-        import gguf
-    except ImportError:  # pragma: no cover - gguf is installed with posenc[gguf]
-        raise ImportError(f"reading GGUF files needs the `gguf` package: {_INSTALL}") from None
-    return gguf
+    from posenc.checks import require
+
+    return require("gguf", "reading .gguf files")
 
 
 def _reader_class():

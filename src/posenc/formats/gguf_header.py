@@ -170,6 +170,9 @@ def _walk(buf: Any, path: Path) -> Header:
                      f"{format_bytes(header.elements * READER_BYTES_PER_ELEMENT)} of Python objects, more than the "
                      f"memory budget of {format_bytes(budget)}; set POSENC_MEMORY_BUDGET (bytes) higher if the file "
                      "is genuine")
+    from posenc.checks import require
+
+    require("gguf", "reading .gguf files")
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     infos = []

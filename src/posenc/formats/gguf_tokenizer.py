@@ -96,7 +96,11 @@ def tokenizer_from_metadata(meta: dict[str, Any], path: Path):
     Raises:
         GGUFError: no tokenizer in the file, a tokenizer model other than "gpt2" and "llama",
             an unknown pre-tokenizer type, or a SentencePiece vocabulary without scores.
+        MissingPart: the ``tokenizers`` package is not installed (``pip install 'posenc[models]'``).
     """
+    from posenc.checks import require
+
+    require("tokenizers", "a .gguf file's tokenizer")
     from tokenizers import AddedToken
 
     kind = meta.get("tokenizer.ggml.model")

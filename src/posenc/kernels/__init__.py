@@ -8,7 +8,8 @@ a scale alone, GGUF's Q6_K: :func:`pack_scales16`). PyTorch's own int4 kernel
 (``_weight_int4pack_mm_for_cpu``) works in bfloat16 and took 32 ms of a 77 ms SmolLM2 token on
 this project's 2-core AVX2 machine; see ``benchmarks/realmodels/README.md`` for the measurements.
 
-It is compiled with ``torch.utils.cpp_extension`` (a C++17 compiler, and ninja — a dependency; the flags
+It is compiled with ``torch.utils.cpp_extension`` (a C++17 compiler, and ninja — the ``models`` extra brings the
+``ninja`` package, ``pip install 'posenc[models]'``, or any ``ninja`` on PATH; the flags
 :data:`CFLAGS`, ``-O3 -march=native -ffp-contract=off -fopenmp``) the first time a quantised model loads, into
 ``TORCH_EXTENSIONS_DIR`` (torch's default: ``~/.cache/torch_extensions/py3XX_cpu``), in the folder
 ``posenc_qmatvec_<key>``. The key (:func:`cache_key`) is 16 hex digits of a SHA-256 over the bytes of every
@@ -234,17 +235,25 @@ def _import(name: str, library: Path) -> ModuleType:
     return module
 
 
+#: why the kernel cannot be built without ninja (the words of ``posenc.checks.require``, which this ground-floor
+#: module does not import: the layers of .importlinter keep its siblings apart)
+NO_NINJA = "building the quantised decoding kernel needs the 'ninja' package: pip install 'posenc[models]'"
+
+
 def _find_ninja() -> None:
-    """Put the ``ninja`` package's binary on PATH when no ninja is there (a venv used without activating it)."""
+    """Put the ``ninja`` package's binary on PATH when no ninja is there (a venv used without activating it).
+
+    Raises:
+        ModuleNotFoundError: no ninja on PATH and no ``ninja`` package (:data:`NO_NINJA`); posenc falls back.
+    """
     import shutil
 
     if shutil.which("ninja") is None:
         try:
             import ninja
-
-            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
         except ImportError:
-            pass  # cpp_extension then says ninja is missing, and posenc falls back
+            raise ModuleNotFoundError(NO_NINJA, name="ninja") from None
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
 
 def status() -> str:

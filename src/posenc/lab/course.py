@@ -240,6 +240,9 @@ def figures(findings: Iterable[Finding], out: str | Path) -> list[Path]:
 
 def plot(*findings: Finding) -> None:
     """Show the report's figures of ``findings`` inline in a notebook (IPython's display)."""
+    from posenc.checks import require
+
+    require("IPython", "showing figures in a notebook", "notebooks")
     from IPython.display import Image, display
 
     from posenc.lab.report import FIGURES

@@ -162,7 +162,9 @@ def render(source: str, *, what: str = "the model's chat template", **context: A
 
 
 def _render(source: str, what: str, context: dict[str, Any]) -> str:
-    import jinja2
+    from posenc.checks import require
+
+    jinja2 = require("jinja2", "chat templates")
     from jinja2 import nodes
     from jinja2.runtime import LoopContext
     from jinja2.sandbox import ImmutableSandboxedEnvironment

@@ -99,10 +99,9 @@ class Tokenizer:
         template = template or self.chat_template
         if not template:
             raise ValueError("this model's tokenizer has no chat template; drop --chat and give the raw prompt")
-        try:
-            import jinja2  # noqa: F401
-        except ImportError:
-            raise ValueError("chat templates need the 'jinja2' package: pip install 'posenc[models]'") from None
+        from posenc.checks import require
+
+        require("jinja2", "chat templates")
         from posenc.pretrained.chat_template import render_chat
 
         return render_chat(template, messages, tools=tools, documents=documents,
@@ -155,10 +154,10 @@ def load_hf_tokenizer(folder: Path, hf_config: dict[str, Any]) -> Tokenizer | No
     from posenc.validation import regular_file
 
     regular_file(path, "tokenizer.json")  # a FIFO would block the read
-    try:
-        from tokenizers import Tokenizer as HFTokenizer
-    except ImportError:
-        raise ValueError(f"{path}: reading it needs the 'tokenizers' package: pip install 'posenc[models]'") from None
+    from posenc.checks import require
+
+    require("tokenizers", f"{path}: reading it")
+    from tokenizers import Tokenizer as HFTokenizer
     try:
         tok = HFTokenizer.from_file(str(path))
     except (KeyboardInterrupt, SystemExit):

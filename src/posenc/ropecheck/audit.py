@@ -536,12 +536,13 @@ def _hf_reading_name(model: Any) -> str:
 
 def _hf_reading(model: Any, progress: Any) -> tuple[Any, str | None]:
     """(transformers' own config of this model, None) or (None, why not)."""
+    from posenc.checks import require
     from posenc.ropecheck import hf
 
     try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return None, "transformers is not installed (pip install transformers to compare with HF's own reading)"
+        require("transformers", "comparing with HF's own reading")
+    except ImportError as err:
+        return None, str(err)
     if model.format == "gguf" and model.family is not None:
         if progress is not None:
             progress(f"reading {Path(model.source).name} with transformers' own GGUF loader (HF's reading, to compare "

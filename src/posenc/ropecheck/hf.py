@@ -58,10 +58,14 @@ def config_of_dict(config: dict[str, Any]) -> Any:
 
 def config_of_gguf(path: Path) -> tuple[Any, str | None]:
     """(transformers' config read by its own GGUF loader, None) or (None, why it could not)."""
+    from posenc.checks import require
+
     try:
-        from transformers import AutoConfig
-    except ImportError:
-        return None, "transformers is not installed"
+        require("transformers", "reading a .gguf file the way HF does")
+    except ImportError as err:
+        return None, str(err)
+    from transformers import AutoConfig
+
     try:
         import logging
 

@@ -18,10 +18,11 @@ def score(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, flo
     """
     if len(hypotheses) != len(references) or not hypotheses:
         raise ValueError(f"need as many hypotheses as references (≥ 1); got {len(hypotheses)} and {len(references)}")
-    try:
-        from sacrebleu.metrics import BLEU, CHRF
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("scoring needs the `sacrebleu` package: pip install 'posenc[text]'") from err
+    from posenc.checks import require
+
+    require("sacrebleu", "translation scores (BLEU, chrF)", "text")
+    from sacrebleu.metrics import BLEU, CHRF
+
     bleu, chrf = BLEU(), CHRF()
     b = bleu.corpus_score(list(hypotheses), [list(references)])
     c = chrf.corpus_score(list(hypotheses), [list(references)])

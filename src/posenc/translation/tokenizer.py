@@ -19,11 +19,9 @@ SPECIALS = ["<pad>", "<s>", "</s>", "<unk>"]
 
 
 def _require_tokenizers():
-    try:
-        import tokenizers
-    except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("posenc translate needs the `tokenizers` package: pip install 'posenc[text]'") from err
-    return tokenizers
+    from posenc.checks import require
+
+    return require("tokenizers", "posenc translate", "text")
 
 
 def train_bpe(texts: Iterable[str], *, vocab_size: int, min_frequency: int = 2):

@@ -154,7 +154,7 @@ def register(sub: Any) -> None:
     p.add_argument("--engines", default=None, metavar="NAMES",
                    help="compare each engine's own RoPE with posenc's float64 one: hf, torchtune, x-transformers, "
                         "rotary-embedding-torch, mlx, llama.cpp, vllm, or all (exit status 3 when one differs; "
-                        "`posenc engines install NAME` installs one)")
+                        "posenc engines install NAME installs one)")
     p.add_argument("--lint", action="store_true", help="print only the config's lint findings (and --engines)")
     p.add_argument("--hf-config", default=None, metavar="PATH",
                    help="with a .gguf: the HF config.json it was converted from (lints its rope keys against it)")

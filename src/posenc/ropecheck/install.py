@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -104,8 +105,9 @@ def install(name: str, *, say: Any = print) -> dict[str, Any]:
         if check.returncode:
             tail = check.stderr.strip().splitlines()[-1:] or ["?"]
             raise RuntimeError(f"installed, but `import {module}` fails: {tail[0]}")
+        names = [re.split(r"[\[<>=!~]", p)[0] for p in packages]
         versions = subprocess.run([str(python_of(name)), "-c", "import json, importlib.metadata as m; print(json."
-                                   f"dumps({{p: m.version(p) for p in {[p.split('[')[0] for p in packages]!r}}}))"],
+                                   f"dumps({{p: m.version(p) for p in {names!r}}}))"],
                                   capture_output=True, text=True, check=True)
         record |= {"status": "installed", "versions": json.loads(versions.stdout), "reason": None}
     except (OSError, subprocess.CalledProcessError, RuntimeError) as err:

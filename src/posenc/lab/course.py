@@ -36,7 +36,8 @@ __all__ = ["CHAPTERS", "Chapter", "WALL_CLOCK", "chapter", "claim", "command", "
 
 @dataclass(frozen=True, kw_only=True)
 class Chapter:
-    """One source article: its notebook, its claims in the article's order, and where the explorer shows it."""
+    """One source article: its notebook (the English edition; notebooks/ko holds the Korean one of the same name),
+    its claims in the article's order."""
 
     article: str
     notebook: str
@@ -52,21 +53,21 @@ class Chapter:
 #: The lab files articles 001 and 002 together (``Finding.article == "002"``); here they are apart: 001 opens
 #: with what position breaks (permutation) and ends with the decoder's mask, 002 is d2l's section 11.6.
 CHAPTERS: dict[str, Chapter] = {c.article: c for c in (
-    Chapter(article="000", notebook="notebooks/01-order-into-attention.ipynb",
+    Chapter(article="000", notebook="notebooks/en/01-order-into-attention.ipynb",
             title_en="How a positional encoding puts order into attention",
             title_ko="위치 인코딩은 순서를 어떻게 집어넣나",
             claims=("naive-position", "sinusoid-norm", "distance-only", "not-monotonic", "shift-is-linear",
                     "beyond-training-length", "position-vs-content")),
-    Chapter(article="001", notebook="notebooks/02-what-position-breaks.ipynb",
+    Chapter(article="001", notebook="notebooks/en/02-what-position-breaks.ipynb",
             title_en="Permutation, the positional encoding, encoder and decoder",
             title_ko="순열, 위치 인코딩, 인코더와 디코더",
             claims=("permutation", "encoder-decoder-causal")),
-    Chapter(article="002", notebook="notebooks/03-relative-positions.ipynb",
+    Chapter(article="002", notebook="notebooks/en/03-relative-positions.ipynb",
             title_en="Self-attention and positional encoding (d2l 11.6): relative positions and a shift",
             title_ko="셀프 어텐션과 위치 인코딩 (d2l 11.6): 상대 위치와 이동",
             claims=("multihead-shapes", "complexity", "pe-module", "exercises-depth", "exercises-learned",
                     "exercises-relative")),
-    Chapter(article="003", notebook="notebooks/04-ids-vectors-scores.ipynb",
+    Chapter(article="003", notebook="notebooks/en/04-ids-vectors-scores.ipynb",
             title_en="Ids become vectors, vectors become scores: embeddings, tying and √d",
             title_ko="번호가 벡터가 되고, 벡터가 다시 점수가 된다: 임베딩, 묶기, √d",
             claims=("lookup-is-matmul", "table-size", "tying", "self-score", "cosine-vs-dot", "sqrt-d",

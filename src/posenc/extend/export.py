@@ -293,6 +293,11 @@ def check_options(options: dict[str, Any], *, l0: int) -> None:
     Args:
         l0: the checkpoint's trained context (``original_max_len`` when the options do not give one).
     """
+    fixed = sorted(set(options) & {"base", "pairing", "head_dim", "rotary_dim", "dim", "num_heads"})
+    if fixed:  # the checkpoint's own: passed to the scheme beside the options, a second value was a TypeError
+        raise ValueError(f"--position-option {', '.join(fixed)}: set by the checkpoint (its RoPE base, pairing and "
+                         "head width), not by an export option; give the scheme's own options (factor, "
+                         "original_max_len, beta_fast, …)")
     for key, value in options.items():
         for x in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isfinite(x):

@@ -116,10 +116,6 @@ def gguf_metadata(draw):
     return meta
 
 
-@pytest.mark.xfail(strict=False, reason="open (issue 63 B): formats.gguf.config_from_metadata, gguf_arch's Gemma 3 "
-                   "settings and description.generic_gguf_config convert GGUF values with bare int()/float() — an "
-                   "array-valued {arch}.embedding_length / attention.key_length / rope.* key is a TypeError, "
-                   "attention.head_count 0 a ZeroDivisionError; they need HFConfig-style typed reads")
 @settings(max_examples=max(25, settings.default.max_examples))
 @given(meta=gguf_metadata())
 def test_gguf_metadata_is_described_or_refused(meta):

@@ -66,7 +66,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posenc.formats.gguf_header import check_header
+from posenc.formats.gguf_header import check_header, check_values
 from posenc.formats.gguf_error import GGUFError
 from posenc.formats.gguf_arch import ARCHS, ROPE_FREQS, arch_named, arch_of, layer_shapes, llama3_scaling_from_factors
 from posenc.formats.safetensors import Checkpoint, CheckpointError, TensorEntry
@@ -88,6 +88,7 @@ LAYER_NAMES = ARCHS["llama"].layer_names
 #: Values dequantised per call (a large table is decoded in row chunks of about this size).
 DEQUANT_CHUNK = 1 << 20
 _BLOCK = re.compile(r"^blk\.(\d+)\.(.+)$")
+_BAD = "the file is corrupt or was not written by llama.cpp's converter; download or convert it again"
 
 
 @dataclass
@@ -270,12 +271,17 @@ def config_from_metadata(meta: dict[str, Any], path: Path, *, vocab_size: int | 
     Args:
         rope_freqs: the file's ``rope_freqs.weight`` (Llama 3.1's per-pair RoPE factors), if it has one.
     """
+    check_values(meta, path)  # every model key typed and bounded, even in metadata built in memory
     arch = arch_named(_need(meta, "general.architecture", path), path)
     key = lambda name: _need(meta, f"{arch.name}.{name}", path)  # noqa: E731
     hidden, heads = int(key("embedding_length")), int(key("attention.head_count"))
     kv_heads = int(meta.get(f"{arch.name}.attention.head_count_kv", heads))
     head_dim = int(meta.get(f"{arch.name}.attention.key_length", hidden // heads))
     rope_dim = int(meta.get(f"{arch.name}.rope.dimension_count", head_dim))
+    if head_dim < 2 or rope_dim > head_dim or rope_dim % 2:
+        raise GGUFError(f"{path}: the head width {head_dim} ({arch.name}.attention.key_length, or embedding_length / "
+                        f"attention.head_count) and rope.dimension_count {rope_dim} must be an even count of "
+                        f"rotated channels within a head of at least 2 — {_BAD}")
     if rope_dim != head_dim and not arch.partial_rotary:
         raise GGUFError(f"{path}: {arch.name}.rope.dimension_count = {rope_dim} but the head width is {head_dim}; "
                         "partial rotary llama files are not supported: llama.cpp's converter permutes the rows of "

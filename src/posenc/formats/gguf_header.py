@@ -306,6 +306,36 @@ FLOAT_KEYS = {
 _FLOAT_TYPES = {6, 12}
 
 
+def check_values(meta: dict[str, Any], path: Path) -> None:
+    """The rules of :func:`check_metadata` for the model keys, on metadata already read into Python values (a dict
+    from ``open_mapped`` / ``read_metadata``, or one built in memory): every ``{arch}.`` key of :data:`INT_KEYS`
+    an integer in its range, of :data:`FLOAT_KEYS` a finite number above its bound, and Gemma 3's window an
+    integer ≥ 1 — so the config readers never meet an array, a string or a zero where they divide."""
+    arch = meta.get("general.architecture")
+    if arch is None:
+        return
+    if not isinstance(arch, str):
+        raise _error(f"{path}: metadata general.architecture must be a string, got {arch!r} — {_BAD_VALUE}")
+    ints = dict(INT_KEYS, **{"attention.sliding_window": (1, MAX_CONTEXT)})
+    for name, (low, high) in ints.items():
+        key = f"{arch}.{name}"
+        v = meta.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high):
+            raise _error(f"{path}: metadata {key} must be an integer from {low} to {high:,}, got {str(v)[:60]} — "
+                         f"{_BAD_VALUE}")
+    for name, (above, what) in FLOAT_KEYS.items():
+        key = f"{arch}.{name}"
+        v = meta.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or not v > above):
+            raise _error(f"{path}: metadata {key} must be {what}, a finite number > {above:g}, got {str(v)[:60]} "
+                         f"— {_BAD_VALUE}")
+    kind = meta.get(f"{arch}.rope.scaling.type")
+    if kind is not None and not isinstance(kind, str):
+        raise _error(f"{path}: metadata {arch}.rope.scaling.type must be a string, got {str(kind)[:60]} — "
+                     f"{_BAD_VALUE}")
+
+
 def check_metadata(header: Header, path: Path) -> None:
     """Refuse metadata posenc would misread: wrong types, sizes out of bounds, a malformed tokenizer.
 

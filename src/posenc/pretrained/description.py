@@ -340,7 +340,9 @@ def generic_gguf_config(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     """An HF-style dict of a GGUF file's RoPE metadata for an architecture posenc does not load
     (``{arch}.rope.*`` keys): enough for ``posenc rope`` to read its RoPE, with nothing filled in."""
     from posenc.formats.gguf import llama_cpp_attention_factor
+    from posenc.formats.gguf_header import check_values
 
+    check_values(meta, path)  # typed and bounded: no array, string or zero reaches the arithmetic below
     arch = meta.get("general.architecture")
     if not isinstance(arch, str):
         raise ValueError(f"{path}: GGUF metadata has no general.architecture")
@@ -349,6 +351,10 @@ def generic_gguf_config(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     hidden = int(get("embedding_length", 0))
     head_dim = int(get("attention.key_length", hidden // heads if heads else 0))
     rope_dim = int(get("rope.dimension_count", head_dim))
+    if head_dim < 2 or rope_dim > head_dim or rope_dim % 2:
+        raise ValueError(f"{path}: the head width {head_dim} ({arch}.attention.key_length, or embedding_length / "
+                         f"attention.head_count) and rope.dimension_count {rope_dim} must be an even count of rotated "
+                         "channels within a head of at least 2; the file is corrupt")
     config: dict[str, Any] = {"model_type": f"gguf:{arch}", "num_attention_heads": heads, "hidden_size": hidden,
                               "head_dim": head_dim, "max_position_embeddings": int(get("context_length", 2048)),
                               "num_hidden_layers": int(get("block_count", 0))}

@@ -216,9 +216,14 @@ def test_per_layer_plan_sliding_layers_keep_their_window() -> None:
     with pytest.raises(ValueError, match="window of 6 tokens.*at least 7 tokens"):
         model.new_cache("window:6")
     model.new_cache("window:7")  # 7 − 7 // 4 = 6 kept
-    with pytest.raises(ValueError, match="window of 6 tokens.*at least 10 tokens"):
-        model.new_cache("shift:1,ctx:9")
-    model.new_cache("shift:1,ctx:10")  # 10 − (10 − 1) // 2 = 6 kept
+    with pytest.raises(ValueError, match="window of 6 tokens.*at least 11 tokens"):
+        model.new_cache("shift:1,ctx:10")
+    model.new_cache("shift:1,ctx:11")  # pieces of up to (11 − 1) // 4 = 2: moves from 10 held, keeps 10 − 4 = 6
+    for ctx in range(11, 30):  # whatever the pieces, a cache the check allows never cuts into the sliding window
+        cache = model.new_cache(f"shift:1,ctx:{ctx}")
+        with torch.no_grad():
+            for n in [cache.piece, 1, cache.piece - 1 or 1, 2] * 12:
+                model(torch.randint(0, 64, (1, min(n, cache.piece))), cache=cache)
     cache = model.new_cache("sink:2,window:12")
     ids = torch.randint(0, 64, (1, 40))
     with torch.no_grad():

@@ -187,11 +187,12 @@ class StreamCache(list):  # type: ignore[type-arg]
                 raise ValueError(f"cache policy {policy} is not defined for this model: {why}")
         if policy.moves and self.capacity is not None:
             widest = max((a.window.size or 0 for a in self.attentions if not a.window.full), default=0)
-            if widest and self.capacity - self.piece < widest:
+            if widest and _sure_kept(policy, self.capacity) < widest:
                 raise ValueError(
                     f"cache policy {policy}: the model's windowed layers keep their window of {widest} tokens, "
-                    f"more than the {self.capacity - self.piece} tokens this policy is sure to keep; give a "
-                    f"cache of at least {self._smallest(widest)} tokens")
+                    f"more than the {_sure_kept(policy, self.capacity)} tokens this policy is sure to keep "
+                    f"(with up to {self.piece} new tokens a forward); give a cache of at least "
+                    f"{self._smallest(widest)} tokens")
         if policy.kind == "rescale":
             for attn in self.attentions:
                 scheme = attn.position
@@ -217,7 +218,7 @@ class StreamCache(list):  # type: ignore[type-arg]
         while True:
             window = size - p.sinks
             trial = CachePolicy(p.kind, window=window, sinks=p.sinks, keep=p.keep, ctx=size)
-            if window >= 1 and size - _piece(trial, size) >= widest:
+            if window >= 1 and _sure_kept(trial, size) >= widest:
                 return size
             size += 1
 
@@ -325,8 +326,20 @@ def _piece(p: CachePolicy, capacity: int | None) -> int:
         return max(1, p.window // 4)
     if p.kind == "shift":
         assert capacity is not None
-        return max(1, (capacity - p.keep) // 2)
+        return max(1, (capacity - p.keep) // 4)
     return 1 << 62
+
+
+def _sure_kept(p: CachePolicy, capacity: int) -> int:
+    """The fewest tokens a move under ``p`` can leave (pieces of up to ``_piece`` tokens): what a windowed layer
+    may rely on. Window and sinks: the cache less one piece. Shift: it moves when the held tokens and a piece
+    overflow the cache, i.e. from at least capacity − piece + 1 held, and drops half of those after KEEP (once
+    suffices: half of what follows KEEP is at least a piece)."""
+    piece = _piece(p, capacity)
+    if p.kind == "shift":
+        held = max(capacity - piece + 1, p.keep + 1)
+        return held - (held - p.keep) // 2
+    return capacity - piece
 
 
 def rescaled(scheme: PositionScheme, option: str, original: Any, length: int) -> Any:

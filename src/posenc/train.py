@@ -126,8 +126,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         positive_int(self.steps, "steps")
-        # at most 10 (an AdamW step moves a weight by about lr): 1e300 overflowed torch's update, a RuntimeError mid-run
-        number(self.lr, "lr", above=0, maximum=10, fix="a typical peak learning rate is 1e-4 to 1e-2")
+        # at most 1e6 (an AdamW step moves a weight by about lr; past that nothing trains): 1e300 overflowed torch's update, a RuntimeError mid-run
+        number(self.lr, "lr", above=0, maximum=1e6, fix="a typical peak learning rate is 1e-4 to 1e-2")
         number(self.min_lr, "min_lr", minimum=0)
         number(self.weight_decay, "weight_decay", minimum=0)
         number(self.eps, "eps", above=0)
@@ -497,7 +497,8 @@ def train(
             if not math.isfinite(norm):
                 raise NonFiniteLossError(
                     f"gradient norm is {norm} at step {step} (loss {total_loss / total_count:.4g}, lr {lr:.3g}); "
-                    "training stopped before applying it")
+                    "training stopped before applying it — lower the learning rate or check the data"
+                    + (f"; the last checkpoint in {checkpoint_dir} is untouched" if checkpoint_dir else ""))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             optimizer.step()

@@ -372,7 +372,11 @@ def audit(model: Any, *, positions: list[int] | None = None, hf_check: bool = Tr
         from posenc.ropecheck.hf import layers as hf_layers_of
 
         try:
-            hf_layers = hf_layers_of(hf_cfg, num_layers, lambda t: head_width(config, t))
+            # the width RoPE sees per HF layer type: the loaded groups' own (GPT-J states no hidden_size), else the config's
+            widths = {g["layer_type"]: g["head_dim"] for g in groups if g.get("head_dim")}
+            fallback = next(iter(widths.values()), None)
+            hf_layers = hf_layers_of(hf_cfg, num_layers,
+                                     lambda t: widths.get(t or "all") or fallback or head_width(config, t))
         except Exception as err:  # noqa: BLE001 - HF's own code refused its own config: that is itself a finding
             findings.append(finding("warning", None, f"HF's RoPE code failed on its reading of this model: "
                                     f"{type(err).__name__}: {err}"))

@@ -332,8 +332,6 @@ class HFEngine(Engine):
 
     def compute(self, case: Case) -> dict[str, Any]:
         import importlib
-        import inspect
-
         from posenc.ropecheck import hf
 
         cfg = hf.config_of_dict(case.config)
@@ -349,10 +347,11 @@ class HFEngine(Engine):
         if not hasattr(module, "inv_freq") and not any(k.endswith("_inv_freq") for k in vars(module).get(
                 "_buffers", {})):
             raise Unsupported(f"{cls.__name__} holds no inv_freq (a sin/cos table: not fed positions)")
-        params = inspect.signature(module.forward).parameters
-        kwargs = {}
-        if "layer_type" in params:
-            kwargs["layer_type"] = case.layer_type
+        kwargs = {"layer_type": case.layer_type}  # Gemma 3's module takes the layer type; others take none
+        try:
+            module(torch.zeros(1, 1, case.head_dim), torch.zeros(1, 1, dtype=torch.int64), **kwargs)
+        except TypeError:
+            kwargs = {}
         P = case.rotary_dim // 2
         x = probe(case.head_dim)
         cos_rows, sin_rows = [], []

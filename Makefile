@@ -59,7 +59,7 @@ bench: $(TEST_STAMP)
 	$(BIN)/posenc bench
 
 clean:
-	rm -rf $(VENV) lab-report .pytest_cache
+	rm -rf $(VENV) runs/lab .pytest_cache
 
 # the course book and the site (the `notebooks` and `docs` extras): `make notebooks` rebuilds notebooks/ko and
 # notebooks/en from notebooks/source and executes them top to bottom (one torch thread; a few minutes);

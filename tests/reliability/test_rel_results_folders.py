@@ -188,3 +188,34 @@ def test_a_bad_setting_file_is_refused_in_one_line(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match="FIFO"):
         read_setting(fifo)
+
+
+def test_finetune_search_stops_on_sigterm_between_candidates_and_resumes(tmp_path):
+    """It once died with −15; now the first SIGTERM stops before the next candidate, every score saved, exit 130."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from model_files import SRC
+
+    model = hf_folder(tmp_path / "model")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "posenc", "finetune", "search", str(model), "--factor", "2", "--samples", "1",
+            "--population", "6", "--generations", "3", "--train-text", "licenses", "--out", str(out), "--quiet"]
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "search-state.json").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the search finished before the signal arrived (a very fast machine)")
+    assert proc.returncode == 130, err
+    assert "finetune search: interrupted" in err and "run the same command again to resume" in err
+    state = read_json(out / "search-state.json", "search state")
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "best: ppl" in again.stdout + again.stderr and (out / "result.json").is_file()
+    assert len(read_json(out / "search-state.json", "search state")["scores"]) >= len(state["scores"])

@@ -195,6 +195,11 @@ def _search(args: argparse.Namespace, out: Any) -> int:
     log(f"search: LongRoPE factors for s = {cfg.factor:g} (L0 = {l0}, {cfg.samples} samples of {cfg.length} tokens "
         f"of {args.train_text}), population {cfg.population}, {cfg.generations} generations")
     result = Search(start.model, tokens, cfg, out=out, progress=not args.quiet, log=log).run()
+    if result.get("interrupted"):  # every scored candidate is saved: the same command resumes at the next one
+        print(f"finetune search: interrupted at generation {result['generation']} ({result['scored']} candidates "
+              f"scored, all saved); run the same command again to resume"
+              + (f" ({out})" if out is not None else " — without --out nothing was saved"), file=sys.stderr)
+        return 130
     print(f"best: ppl {result['best_ppl']:.4f} with n̂ = {result['start_tokens']} (seeds: "  # even under --quiet
           + ", ".join(f"{k} {2.718281828459045 ** v:.4f}" for k, v in result["seed_losses"].items()) + ")"
           + (f"; result in {out / 'result.json'}" if out is not None else ""), file=stream, flush=True)

@@ -59,6 +59,10 @@ STATE_FILE = "search-state.json"
 RESULT_FILE = "result.json"
 
 
+class SearchInterrupted(Exception):
+    """The search was stopped by a signal between two scored candidates (its state is saved)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class SearchConfig:
     """The search's settings (plain data; a resume must use the same).
@@ -198,6 +202,7 @@ class Search:
         self.scores: dict[str, float] = {}
         self.rng = random.Random(cfg.seed)
         self.generation = 0
+        self._stop: dict[str, bool] = {"stop": False}  # set by the first Ctrl-C / SIGTERM during run()
         self.population: list[Individual] = []
         self.history: list[dict[str, Any]] = []
         self.seconds = 0.0
@@ -217,6 +222,8 @@ class Search:
     def score(self, ind: Individual) -> float:
         k = key(ind)
         if k not in self.scores:
+            if self._stop["stop"]:  # Ctrl-C / SIGTERM: every scored candidate is saved; a rerun resumes here
+                raise SearchInterrupted
             self.scores[k] = self.objective(ind)
             self.save()
         return self.scores[k]
@@ -326,6 +333,20 @@ class Search:
         return sorted(population, key=lambda ind: (self.score(ind), key(ind)))
 
     def run(self) -> dict[str, Any]:
+        """The search to its last generation, resuming a saved state; ``interrupted`` in the result (and no
+        best candidate) when the first SIGINT/SIGTERM stopped it before its next candidate, every score saved."""
+        from posenc.train import _stop_on_signal
+
+        with _stop_on_signal() as self._stop:
+            try:
+                return self._run()
+            except SearchInterrupted:
+                self.save()
+                return {"interrupted": True, "generation": self.generation, "scored": len(self.scores)}
+            finally:
+                self._stop = {"stop": False}
+
+    def _run(self) -> dict[str, Any]:
         from tqdm.auto import tqdm
 
         began = time.perf_counter()
@@ -348,6 +369,8 @@ class Search:
             self.generation = 1
             self.save()
         while self.generation <= cfg.generations:
+            if self._stop["stop"]:
+                raise SearchInterrupted
             # while this generation is scored, the saved state is that of its start (the previous
             # population and the generator before drawing): a resume redraws the very same children
             self._pending = (list(self.population), self.rng.getstate())

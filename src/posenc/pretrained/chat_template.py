@@ -53,6 +53,17 @@ class TemplateLimit(ValueError):
     """The chat template needed more work or memory than a chat template can."""
 
 
+def _joined(pieces: Any, too_long: str) -> str:
+    """The pieces joined, refused (``TemplateLimit``, ``too_long`` + the fix) once they pass :data:`MAX_CHARS`."""
+    out, total = [], 0
+    for piece in pieces:
+        total += len(piece)
+        if total > MAX_CHARS:
+            raise TemplateLimit(f"{too_long}; the template is broken or hostile, use another model file")
+        out.append(piece)
+    return "".join(out)
+
+
 def _size(value: Any) -> int:
     return len(value) if isinstance(value, (str, bytes, list, tuple)) else 0
 
@@ -74,14 +85,8 @@ def _tojson_filter(what: str) -> Any:
             raise TemplateLimit(f"{what} asks tojson for an indent or separator over {_MAX_PAD} characters")
         encoder = json.JSONEncoder(ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                                    sort_keys=sort_keys)
-        pieces, total = [], 0
-        for piece in encoder.iterencode(value):  # not one-shot: the pure-Python encoder, one piece at a time
-            total += len(piece)
-            if total > MAX_CHARS:
-                raise TemplateLimit(f"{what} builds a JSON text of more than {MAX_CHARS:,} characters; the "
-                                    "template is broken or hostile, use another model file")
-            pieces.append(piece)
-        return "".join(pieces)
+        # not one-shot: the pure-Python encoder, one piece at a time
+        return _joined(encoder.iterencode(value), f"{what} builds a JSON text of more than {MAX_CHARS:,} characters")
     return tojson
 
 
@@ -255,14 +260,8 @@ def _render(source: str, what: str, context: dict[str, Any]) -> str:
 
     env.filters = {name: bounded_filter(f) for name, f in env.filters.items()}
     try:
-        pieces, total = [], 0
-        for piece in env.from_string(source).generate(**context):
-            total += len(piece)
-            if total > MAX_CHARS:
-                raise TemplateLimit(f"{what} rendered more than {MAX_CHARS:,} characters; the template is broken "
-                                    "or hostile, use another model file")
-            pieces.append(piece)
-        return "".join(pieces)
+        return _joined(env.from_string(source).generate(**context),
+                       f"{what} rendered more than {MAX_CHARS:,} characters")
     except jinja2.TemplateError as err:
         raise ValueError(f"{what} failed to render: {str(err).splitlines()[0] if str(err) else type(err).__name__}") \
             from None

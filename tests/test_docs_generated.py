@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,3 +118,63 @@ def test_the_measurement_rule_sees_typed_rows_and_skips_generated_ones():
     assert _undeclared_measured_rows(text, "docs/x.md") == ["docs/x.md (R): | a | 1.5 |",
                                                              "docs/x.md (One): | d | 0.8 |"]
     assert _undeclared_measured_rows(text, "docs/lab.md") == ["docs/lab.md (R): | a | 1.5 |"]
+
+
+# Prose figures with a unit of time, speed or memory, or a "×" ratio: a number typed next to such a unit is a
+# measurement unless it states a definition or a limit. The allowed ones: (page, regex of the phrase, reason).
+PROSE_UNIT = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?:\s?[–-]\s?\d[\d,]*(?:\.\d+)?)?"
+                        r"(?:\s(?:ms|µs|s|min|minutes?|seconds?|hours?|tok/s|tokens/s|it/s|[KMGT]i?B)(?![\w/])"
+                        r"|×(?![\d(]))")  # a ratio is written 1.08×; "512 × 384" and "4 × the weights" are products
+DEFINITION_PHRASES = (
+    ("docs/explore.md", r"estimated above 1 s is refused", "the explorer's request limit (a cap, not a timing)"),
+    ("docs/explore.md", r"idle for 30 s are dropped", "the server's idle-connection timeout (a setting)"),
+    ("docs/architecture.md", r"stages after 2 s", "when progress lines start (a threshold in posenc.progress)"),
+    ("docs/performance.md", r"at most 32 MiB|is 32 MiB|~1 MiB blocks|16 KiB ahead",
+     "the benchmark's memory budget, the size of a stated shape, the kernels' block and prefetch sizes (design)"),
+    ("docs/reliability.md", r"\b(?:64|256) MiB|\b500 MB|\b[123] [GK]iB\b",
+     "the size limits posenc enforces on input files and the fuzz child's memory cap"),
+    ("docs/reliability.md", r"\b(?:30|120) s deadline|deadline is now 120 s", "the model-file build deadline (a limit)"),
+    ("docs/lab.md", r"> 10×|> 5×|< 2×", "the pass rules of lab claims (thresholds the experiment checks)"),
+    ("docs/performance.md", r"goal: 1\.5× forward, 2× fwd\+bwd", "an issue's speed goal (a target, not a result)"),
+    ("docs/extend.md", r"\"2\.5× fewer steps\"", "a quoted claim of the paper the experiment tests"),
+    ("docs/translation.md", r"more than 1\.8× off|about 3× the typical", "the data filter's ratio and the x3 split's definition"),
+)
+
+
+def _undeclared_prose_figures(text: str, page: str) -> list[str]:
+    """Numbers with a time, speed or memory unit, or a "×" ratio, outside generated blocks, code and the allow-list."""
+    text = re.sub(r"<!-- generated from .*?<!-- end generated -->", lambda m: "\n" * m[0].count("\n"), text, flags=re.S)
+    text = re.sub(r"^\s*```.*?^\s*```", lambda m: "\n" * m[0].count("\n"), text, flags=re.S | re.M)
+    allowed = [phrase for p, phrase, _ in DEFINITION_PHRASES if p == page]
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = re.sub(r"`[^`]*`", "``", line)
+        for phrase in allowed:
+            line = re.sub(phrase, "", line)
+        found += [f"{page}:{number}: {m[0]!r} in {line.strip()[:100]}" for m in PROSE_UNIT.finditer(line)]
+    return found
+
+
+def test_docs_type_no_measurement_in_prose():
+    """No number with a unit of time, speed or memory (s, ms, tok/s, MiB, GB, …) or "×" ratio in the prose of
+    README.md and docs/*.md outside generated blocks and code: quote its results file, or allow-list it in
+    DEFINITION_PHRASES with the reason it is a definition or a limit."""
+    found = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        found += _undeclared_prose_figures(doc.read_text(encoding="utf-8"), str(doc.relative_to(ROOT)))
+    assert not found, "typed measurements in prose (quote their results file through a generated block):\n" + \
+        "\n".join(found)
+
+
+def test_the_prose_rule_sees_units_and_ratios_and_skips_blocks_code_and_definitions():
+    text = ("Decode at 62.9 tokens/s, 1.08× llama.cpp, load 0.6 s, peak 963 MiB, 2–6 s each.\n"
+            "<!-- generated from r.txt -->\n5 s\n<!-- end generated -->\n```\n7 ms\n```\n"
+            "A `--timeout 9 s` flag, 4,096 tokens, a 404s page, ×8 linear, 2× faster.\n"
+            "A request estimated above 1 s is refused.\n")
+    found = [f.split(": ")[1] for f in _undeclared_prose_figures(text, "docs/explore.md")]
+    assert found == ["'62.9 tokens/s' in Decode at 62.9 tokens/s, 1.08× llama.cpp, load 0.6 s, peak 963 MiB, 2–6 s each.",
+                     "'1.08×' in Decode at 62.9 tokens/s, 1.08× llama.cpp, load 0.6 s, peak 963 MiB, 2–6 s each.",
+                     "'0.6 s' in Decode at 62.9 tokens/s, 1.08× llama.cpp, load 0.6 s, peak 963 MiB, 2–6 s each.",
+                     "'963 MiB' in Decode at 62.9 tokens/s, 1.08× llama.cpp, load 0.6 s, peak 963 MiB, 2–6 s each.",
+                     "'2–6 s' in Decode at 62.9 tokens/s, 1.08× llama.cpp, load 0.6 s, peak 963 MiB, 2–6 s each.",
+                     "'2×' in A `` flag, 4,096 tokens, a 404s page, ×8 linear, 2× faster."]

@@ -112,6 +112,92 @@ for k in (1, 2, 5, 17, 50):
         row.append(((table[:-k] @ m - table[k:]).norm() / table[k:].norm()).item())
     print(f"k = {k:2}: «사인파 잔차|sinusoid residual» {row[0]:.1e}, «무작위 표 잔차|random-table residual» {row[1]:.2f}")"""),
 ]
+DEMO["beyond-training-length"] = [
+    md(ko="""**코드로**: 식은 위치 p 하나만 있으면 된다. 위치 4000 (L = 512 의 여덟 배 가까이)에서 행을 직접 계산하고 posenc 의
+표와 비교한다. 학습형 표는 행 L 개짜리 `nn.Embedding` 이라, 위치 4000 을 물으면 torch 가 `IndexError` 를 낸다. posenc 의
+`learned` 방식은 대신 무엇이 모자라는지 말하는 `ValueError` 를 낸다 — 실험실이 `learned_error` 로 적는 문장이다.""",
+       en="""**As code**: the formula needs nothing but the position p. Compute the rows at position 4000 (nearly eight times
+L = 512) by hand and compare them with posenc's table. A learned table is an `nn.Embedding` of L rows: ask it for
+position 4000 and torch raises `IndexError`. posenc's `learned` scheme raises a `ValueError` saying what is missing
+instead — the sentence the lab records as `learned_error`."""),
+    code("""def row(p):                                                           # «식 그대로, 어느 위치든|the formula, at any position»
+    angle = p * freq
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).flatten()
+
+
+far = 4000
+torch.testing.assert_close(torch.stack([row(far), row(far + 1)]), scheme.encode(torch.tensor([far, far + 1])))
+norm_far, dot_far, dot_origin = row(far).norm().item(), (row(far) @ row(far + 1)).item(), (row(0) @ row(1)).item()
+print(f"p = {far}: «노름|norm» {norm_far:.6f} (√(d/2) = {math.sqrt(d / 2):.6f}), "
+      f"PE(p)·PE(p+1) = {dot_far:.6f}, PE(0)·PE(1) = {dot_origin:.6f}")
+
+table = torch.nn.Embedding(L, d)                                      # «학습형 표: 행 L 개|a learned table: L rows»
+try:
+    table(torch.tensor([far]))
+except IndexError as err:
+    print("torch.nn.Embedding:", type(err).__name__, "—", err)
+learned = positions.build("learned", dim=d, num_heads=1, max_len=L)
+try:
+    learned.encode(torch.tensor([far]))
+except ValueError as err:
+    learned_error = str(err)
+    print("posenc learned:", type(err).__name__, "—", learned_error)"""),
+    code("""ps = torch.arange(0, 8001, 50)
+here, after = torch.stack([row(p) for p in ps]), torch.stack([row(p + 1) for p in ps])
+fig, ax = plt.subplots()
+ax.plot(ps, here.norm(dim=1), label="«노름|norm» |PE(p)|")
+ax.plot(ps, (here * after).sum(dim=1), "--", label="PE(p)·PE(p+1)")
+ax.axvline(L, color="0.5", linestyle=":", label="«학습 길이 L|training length L»")
+ax.set_xlabel("«위치 p|position p»")
+ax.set_ylabel("«값|value»")
+ax.set_title("«식은 L 너머에서도 같은 값을 낸다|the formula gives the same values past L»")
+ax.legend()
+book.show(fig)"""),
+]
+DEMO["beyond-training-length-check"] = [
+    code("""assert f.values["position"] == far and learned_error == f.values["learned_error"]  # «같은 위치, 같은 문장|the same position, the same sentence»
+torch.testing.assert_close([norm_far, dot_far, dot_origin], [f.values["norm"], f.values["dot_next"], f.values["dot_origin"]])"""),
+]
+DEMO["position-vs-content"] = [
+    md(ko="""**코드로**: 먼저 크기를 잰다. 내용 벡터는 노름 ≈ 1 인 행에 √d/4 = 2 를 곱한 것이고, 사인파 행의 노름은 √(d/2) ≈ 5.66 이다 —
+더하면 위치가 더 크다. 토큰 3 이 토큰 0 과 주제가 같은 (코사인 0.8) 문장 256 개를 직접 만들고, 토큰 0 의 어텐션 행을
+위치 없이와 위치를 더해서 평균한다. 더하는 것은 posenc 의 `add` 로 해도 같다.""",
+       en="""**As code**: first the sizes. Content vectors are rows of norm ≈ 1 times √d/4 = 2; a sinusoid row has norm
+√(d/2) ≈ 5.66 — added together, position is the bigger part. Build 256 sentences in which token 3 shares token 0's topic
+(cosine 0.8), and average token 0's attention row without positions and with them added. Adding through posenc's
+`add` gives the same."""),
+    code("""draws, scale = 256, math.sqrt(d) / 4
+words = torch.randn(draws, 7, d, dtype=torch.float64) / math.sqrt(d)        # «노름 ≈ 1 인 내용 행|content rows of norm ≈ 1»
+content = words[:, :6].clone()
+content[:, 3] = 0.8 * content[:, 0] + 0.6 * words[:, 6]                     # «토큰 3: 토큰 0 과 같은 주제|token 3: token 0's topic»
+content = scale * content                                                   # (256, 6, d)
+print(f"«내용 벡터의 노름 (평균)|content norm (mean)»: {content.norm(dim=-1).mean().item():.3f}; "
+      f"«위치 벡터의 노름|position norm»: {pe[:6].norm(dim=-1).mean().item():.3f} = √(d/2)")
+
+
+def row0(x):                                                                # «토큰 0 의 어텐션 행, 평균|token 0's attention row, averaged»
+    return (x @ x.transpose(-1, -2) / math.sqrt(d)).softmax(-1)[:, 0].mean(0)
+
+
+placed = content + pe[:6]
+torch.testing.assert_close(placed, scheme.add(content, torch.arange(6)))
+without, with_pe = row0(content), row0(placed)
+print(f"«주제 짝 (토큰 3)|topical partner (token 3)»: {without[3].item():.3f} → {with_pe[3].item():.3f}; "
+      f"«이웃 (토큰 1)|neighbour (token 1)»: {without[1].item():.3f} → {with_pe[1].item():.3f}")"""),
+    code("""fig, ax = plt.subplots()
+ax.bar(torch.arange(6) - 0.2, without, width=0.4, label="«위치 없이|without positions»")
+ax.bar(torch.arange(6) + 0.2, with_pe, width=0.4, label="«위치를 더해|with positions»")
+ax.set_xlabel("«키 토큰 (1: 이웃, 3: 주제 짝)|key token (1: neighbour, 3: topical partner)»")
+ax.set_ylabel("«토큰 0 의 어텐션|token 0's attention»")
+ax.set_title("«위치가 주제에서 이웃으로 몫을 옮긴다|positions move share from topic to neighbour»")
+ax.legend()
+book.show(fig)"""),
+]
+DEMO["position-vs-content-check"] = [
+    code("""v = f.values  # «다른 무작위 문장, 같은 방향|other random sentences, the same direction»
+assert (with_pe[3] < without[3]) and (v["partner_with"] < v["partner_without"])
+assert (with_pe[1] > without[1]) and (v["neighbour_with"] > v["neighbour_without"])"""),
+]
 
 EXERCISE_CELLS = [
     md(ko="### 연습문제", en="### Exercises"),
@@ -204,8 +290,10 @@ course.show(f, LANG)"""),
        en="""### 6. Bonus: beyond the training length
 
 The sinusoid is a formula, so every position has a value. Trained up to L = 512 or not, position 4000 has the same norm, and its product with its neighbour equals that of positions 0 and 1. A learned table asked for a row it does not have raises (`learned_error`). Being defined is not working well — notebook 3 measures that."""),
+    *DEMO["beyond-training-length"],
     code("""f = course.claim("beyond-training-length")
 course.show(f, LANG)"""),
+    *DEMO["beyond-training-length-check"],
     md(ko="""**해 보기** — base 를 100 으로: 주파수가 바뀌니 이웃 내적 값도 바뀐다. 그래도 원점의 값과 같다는 것은 어떤 base 에서도 성립한다 — 다시 거리만의 함수이기 때문이다.""",
        en="""**Try this** — base 100: the frequencies change, so the neighbour product changes; that it equals the origin's holds for any base, since it is again a function of distance only."""),
     code("""course.try_this("beyond-training-length", base=100.0, lang=LANG)"""),
@@ -215,8 +303,10 @@ course.show(f, LANG)"""),
        en="""### 7. The price: position competes with content
 
 Adding positions blurs content. Over 256 seeded six-token sentences in which token 3 shares token 0's topic (cosine 0.8) and token 1 is its neighbour, the lab averages token 0's attention row before and after the table is added. The article showed one sentence and the lab averages, so the numbers are smaller, but they move the same way: the topical partner loses share, the neighbour gains. Right-hand figure: the bigger the content (towards √d), the less positions move attention — notebook 4's √d."""),
+    *DEMO["position-vs-content"],
     code("""f = course.claim("position-vs-content")
 course.show(f, LANG)"""),
+    *DEMO["position-vs-content-check"],
     md(ko="""**해 보기** — d 를 256 으로: 폭이 넓어도 방향은 같다. 주제 짝은 잃고 이웃은 얻는다.""",
        en="""**Try this** — d = 256: a wider model, the same direction: the partner loses, the neighbour gains."""),
     code("""course.try_this("position-vs-content", dim=256, lang=LANG)"""),

@@ -42,6 +42,47 @@ book.show(fig)"""),
 DEMO["encoder-decoder-causal-check"] = [
     code("""assert changed[:-1].max().item() == f.values["max_change_before"] == 0.0  # «앞선 출력: 정확히 0|earlier outputs: exactly 0»"""),
 ]
+DEMO["permutation"] = [
+    md(ko="""**코드로**: 위치 없는 셀프 어텐션을 직접 쓴다 (posenc 의 `MultiHeadAttention` 의 가중치로, 결과가 같은지 확인).
+입력의 행을 순열 π 로 섞고, 출력이 같은 π 로 섞이는지 — att(X[π]) = att(X)[π] — 세 경우에서 잰다.""",
+       en="""**As code**: write self-attention without positions by hand (with the weights of posenc's `MultiHeadAttention`,
+checking that both give the same output). Shuffle the input rows by a permutation π and measure whether the output is
+shuffled the same way — att(X[π]) = att(X)[π] — in the three cases."""),
+    code("""from posenc import positions
+from posenc.attention import MultiHeadAttention
+
+T, d, heads = 6, 64, 4
+attn = MultiHeadAttention(dim=d, num_heads=heads).double().eval()
+
+
+def attention(z):                                                # «위치 없는 셀프 어텐션|self-attention, no positions»
+    q, k, v = (lin(z).view(1, T, heads, d // heads).transpose(1, 2) for lin in (attn.q_proj, attn.k_proj, attn.v_proj))
+    weights = (q @ k.transpose(-1, -2) / math.sqrt(d // heads)).softmax(-1)
+    return attn.out_proj((weights @ v).transpose(1, 2).reshape(1, T, d))
+
+
+x = torch.randn(1, T, d, dtype=torch.float64)
+pe = positions.build("sinusoidal", dim=d, num_heads=heads).encode(torch.arange(T))[None]   # (1, T, d)
+perm = torch.tensor([3, 4, 1, 0, 5, 2])                          # π
+with torch.no_grad():
+    torch.testing.assert_close(attention(x), attn(x)[0])         # «posenc 와 같다|the same as posenc»
+    z = x + pe
+    gaps = {"no_position": (attention(x[:, perm]) - attention(x)[:, perm]).abs().max().item(),
+            "position_fixed": (attention(x[:, perm] + pe) - attention(z)[:, perm]).abs().max().item(),
+            "position_travels": (attention(z[:, perm]) - attention(z)[:, perm]).abs().max().item()}
+for case, gap in gaps.items():
+    print(f"{case:17} max |att(X[π]) − att(X)[π]| = {gap:.3g}")"""),
+    code("""fig, ax = plt.subplots()
+ax.bar(["«위치 없음|none»", "«위치 제자리|positions fixed»", "«위치가 따라감|positions travel»"],
+       [math.log10(max(g, 1e-18)) for g in gaps.values()])
+ax.set_ylabel("log10 max |att(X[π]) - att(X)[π]|")
+ax.set_title("«등변성: 반올림 수준이면 성립|equivariance: holds at rounding level»")
+book.show(fig)"""),
+]
+DEMO["permutation-check"] = [
+    code("""tol = f.values["tolerance"]  # «다른 무작위 가중치, 같은 세 답|other random weights, the same three answers»
+assert {case: gap <= tol for case, gap in gaps.items()} == {case: f.values[case] for case in gaps}"""),
+]
 
 EXERCISE_CELLS = [
     md(ko="### 연습문제", en="### Exercises"),
@@ -66,8 +107,10 @@ This notebook follows article 001. Self-attention looks at all tokens at once, s
        en="""### 1. Attention without positions knows no order
 
 “dog bites man” and “man bites dog” are the same tokens in another order. Without positions self-attention shuffles its output exactly as its input was shuffled (permutation equivariance), so it cannot tell the two apart. The lab measures three cases: no positions; positions left in place while the tokens move; positions moving with their tokens. The answers: equivariant, not, equivariant again. The third is the point: a position label that travels with its token has not moved anything."""),
+    *DEMO["permutation"],
     code("""f = course.claim("permutation")
 course.show(f, LANG)"""),
+    *DEMO["permutation-check"],
     md(ko="""**해 보기** — seed 를 바꾸면 토큰도 가중치도 다르지만 세 답은 같다. 등변성은 숫자가 아니라 연산의 성질이다.""",
        en="""**Try this** — another seed: other tokens, other weights, the same three answers. Equivariance is a property of the operation, not of the numbers."""),
     code("""course.try_this("permutation", seed=5, lang=LANG)"""),

@@ -59,6 +59,131 @@ book.show(fig)"""),
 DEMO["sqrt-d-check"] = [
     code("""torch.testing.assert_close(ratio, torch.full_like(ratio, f.values["sqrt_d"]))"""),
 ]
+DEMO["table-size"] = [
+    md(ko="""**코드로**: 표의 수는 모양 (V, d) 의 곱이다. torch 의 `nn.Embedding` 과 posenc 의 `TokenEmbedding` 을
+`count_parameters` 로 세어 V·d 와 비교한다.""",
+       en="""**As code**: the table holds as many numbers as its shape (V, d) says. Count torch's `nn.Embedding` and posenc's
+`TokenEmbedding` with `count_parameters` and compare with V·d."""),
+    code("""from posenc.embedding import count_parameters
+
+sizes = {}
+for vocab in (1000, 2000, 4000):
+    by_hand = torch.nn.Embedding(vocab, d).weight.numel()                    # «(V, d) 표의 수|numbers in a (V, d) table»
+    sizes[vocab] = count_parameters(TokenEmbedding(vocab_size=vocab, dim=d))
+    assert by_hand == sizes[vocab] == vocab * d
+    print(f"V = {vocab}: {sizes[vocab]:,} = {vocab} × {d}")"""),
+]
+DEMO["table-size-check"] = [
+    code("""assert list(sizes.values()) == f.values["parameters"]  # «실험실과 같은 수|the lab's counts»"""),
+]
+DEMO["self-score"] = [
+    md(ko="""**코드로**: 실험실과 같은 표(seed 0, V = 1000)에서 h = 토큰 i 의 행이면 로짓은 표 · h 다. 자기 자신과의 내적
+|e_i|² 이 다른 모든 행과의 내적보다 큰지를 토큰마다 보고, 행 길이를 exp(σz) 로 퍼뜨리며 비율을 센다. 코사인은 길이를 나눠 버린다.""",
+       en="""**As code**: on the lab's table (seed 0, V = 1000), with h = token i's row the logits are table · h. For every
+token, is its product with itself, |e_i|², above its product with every other row? Count it as the row lengths spread by
+exp(σz). Cosine divides the lengths out."""),
+    code("""torch.manual_seed(0)                                                  # «실험실의 표|the lab's table»
+rows = TokenEmbedding(vocab_size=V, dim=d).weight.detach().double()      # (V, d)
+z = torch.randn(V, 1, generator=torch.Generator().manual_seed(91), dtype=torch.float64)
+sigmas, own_dot, own_cos = [0.0, 0.1, 0.25, 0.5, 1.0], [], []
+for sigma in sigmas:
+    t = rows * torch.exp(sigma * z)                                      # «방향은 그대로, 길이만 퍼진다|same directions, spread lengths»
+    scores = t @ t.T                                                     # «행 i: h = e_i 의 로짓|row i: the logits for h = e_i»
+    own = scores.diagonal()                                              # |e_i|²
+    others = scores.masked_fill(torch.eye(V, dtype=torch.bool), float("-inf")).amax(-1)
+    own_dot.append((own > others).double().mean().item())
+    u = torch.nn.functional.normalize(t, dim=-1)
+    own_cos.append(((u @ u.T).argmax(-1) == torch.arange(V)).double().mean().item())
+    print(f"σ = {sigma:4}: «내적에서 자기 행이 1등|own row first by dot» {own_dot[-1]:.3f}, «코사인에서|by cosine» {own_cos[-1]:.3f}")
+fig, ax = plt.subplots()
+ax.plot(sigmas, own_dot, marker="o", label="«내적|dot product»")
+ax.plot(sigmas, own_cos, marker="s", label="«코사인|cosine»")
+ax.set_xlabel("«행 길이의 퍼짐 σ|row-length spread σ»")
+ax.set_ylabel("«자기 행이 1등인 비율|own row on top»")
+ax.set_title("«길이가 퍼지면 더 긴 행이 이긴다|spread lengths: a longer row wins»")
+ax.legend()
+book.show(fig)"""),
+]
+DEMO["self-score-check"] = [
+    code("""assert own_dot == f.values["self_top_fraction"] and own_cos == f.values["cosine_self_top_fraction"]  # «실험실과 같은 비율|the lab's fractions»"""),
+]
+DEMO["cosine-vs-dot"] = [
+    md(ko="""**코드로**: 실험실의 표(V = 200)에서 한 행을 늘이고, 이웃 목록을 두 잣대로 직접 만든다 — 코사인(방향만)과 내적.
+posenc 의 `neighbours` 가 같은 목록을 내는지 모든 토큰에서 확인한다.""",
+       en="""**As code**: stretch one row of the lab's table (V = 200) and build the neighbour lists by hand with both
+measures — cosine (direction only) and dot product. Check on every token that posenc's `neighbours` gives the same lists."""),
+    code("""from posenc.embedding import neighbours
+
+torch.manual_seed(1)                                                     # «실험실의 표 (V = 200)|the lab's table (V = 200)»
+small = TokenEmbedding(vocab_size=200, dim=d).weight.detach().double()
+sid = int(torch.randint(0, 200, (1,), generator=torch.Generator().manual_seed(101)))   # «늘일 행|the row to stretch»
+
+
+def nearest(t, i, metric, k=5):
+    u = t if metric == "dot" else torch.nn.functional.normalize(t, dim=-1)
+    s = u @ u[i]
+    s[i] = float("-inf")                                                 # «자기 자신은 빼고|not itself»
+    return s.topk(k).indices.tolist()
+
+
+probes = [i for i in range(200) if i != sid][:100]
+aligned = [i for i in probes if torch.nn.functional.cosine_similarity(small[i], small[sid], dim=0) > 0]
+led, cos_changed = {}, {}
+for factor in (2.0, 10.0, 100.0):
+    stretched = small.clone()
+    stretched[sid] *= factor
+    for t in (small, stretched):
+        for metric in ("cosine", "dot"):
+            assert all(nearest(t, i, metric) == neighbours(t, i, k=5, metric=metric)[0].tolist() for i in range(200))
+    cos_changed[factor] = sum(nearest(small, i, "cosine") != nearest(stretched, i, "cosine") for i in [sid, *probes])
+    led[factor] = sum(nearest(stretched, i, "dot", k=1) == [sid] for i in aligned) / len(aligned)
+    print(f"×{factor:g}: «바뀐 코사인 목록|cosine lists changed» {cos_changed[factor]}, "
+          f"«늘인 행이 내적 목록의 맨 앞|stretched row leads the dot list» {led[factor]:.3f}")"""),
+    code("""fig, ax = plt.subplots()
+ax.plot(list(led), list(led.values()), marker="o", label="«내적: 늘인 행이 1등|dot: stretched row first»")
+ax.plot(list(cos_changed), [c / (len(probes) + 1) for c in cos_changed.values()], marker="s",
+        label="«코사인: 바뀐 목록|cosine: lists changed»")
+ax.set_xscale("log")
+ax.set_xlabel("«늘인 배수|stretch factor»")
+ax.set_ylabel("«비율|fraction»")
+ax.set_title("«한 행을 늘이면|stretching one row»")
+ax.legend()
+book.show(fig)"""),
+]
+DEMO["cosine-vs-dot-check"] = [
+    code("""assert list(cos_changed.values()) == f.values["cosine_lists_changed"] and list(led.values()) == f.values["dot_led_fraction"]
+stretched = small.clone()
+stretched[sid] *= f.values["example_factor"]
+i = f.values["example_token"]
+assert f.values["example_lists"] == {"cosine_before": nearest(small, i, "cosine"), "cosine_after": nearest(stretched, i, "cosine"),
+                                     "dot_before": nearest(small, i, "dot"), "dot_after": nearest(stretched, i, "dot")}"""),
+]
+DEMO["no-context"] = [
+    md(ko="""**코드로**: 같은 번호를 세 자리에 둔다 (한 문장의 0 번과 6 번, 다른 문장의 11 번). 임베딩은 표의 그 행 × √d 이고
+앞뒤는 보지 않는다. 위치를 더하면 세 벡터가 달라진다.""",
+       en="""**As code**: put the same id at three places (positions 0 and 6 of one sentence, 11 of another). Its embedding is
+that row of the table × √d and looks at nothing around it; adding positions makes the three vectors differ."""),
+    code("""from posenc import positions
+
+torch.manual_seed(0)                                                     # «실험실의 표 (V = 50)|the lab's table (V = 50)»
+words = TokenEmbedding(vocab_size=50, dim=d, scale=True)
+sentences = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(111))
+token = int(sentences[0, 0])
+sentences[0, 6] = sentences[1, 11] = token
+places = [(0, 0), (0, 6), (1, 11)]
+with torch.no_grad():
+    x = words(sentences)                                                 # (2, 12, d)
+    torch.testing.assert_close(x, words.weight[sentences] * math.sqrt(d))   # «표의 행 × √d|the table's row × √d»
+    z = positions.build("sinusoidal", dim=d, num_heads=1).add(x, torch.arange(12))
+copies, placed = torch.stack([x[b, t] for b, t in places]), torch.stack([z[b, t] for b, t in places])
+same = (copies - copies[0]).abs().max().item()
+differ = (placed - placed[0]).abs().max().item()
+print(f"«토큰|token» {token}: «세 자리의 최대 차이|largest difference over the three places»: {same}; «위치를 더하면|with positions» {differ:.4f}")"""),
+]
+DEMO["no-context-check"] = [
+    code("""assert same == f.values["max_difference"] == 0.0
+torch.testing.assert_close(differ, f.values["max_difference_with_positions"])  # «실험실과 같은 숫자|the lab's number»"""),
+]
 
 EXERCISE_CELLS = [
     md(ko="### 연습문제", en="### Exercises"),
@@ -98,8 +223,10 @@ course.show(f, LANG)"""),
        en="""### 2. The table holds V·d numbers
 
 The table is (V, d) and holds V·d numbers; double the vocabulary at the same width and the table doubles. The lab counts the parameters at V = 1000, 2000, 4000."""),
+    *DEMO["table-size"],
     code("""f = course.claim("table-size")
 course.show(f, LANG)"""),
+    *DEMO["table-size-check"],
     md(ko="""**해 보기** — d 를 128 로: 모든 개수가 두 배가 되고, 어휘를 두 배로 할 때의 비율은 여전히 2 다.""",
        en="""**Try this** — d = 128: every count doubles, and doubling V still doubles it."""),
     code("""course.try_this("table-size", dim=128, lang=LANG)"""),
@@ -122,8 +249,10 @@ course.show(f, LANG)"""),
        en="""### 4. Does a token's own row win?
 
 If the hidden vector h equals a token's embedding, does that token win the tied logits? Its product with itself is its squared length, so usually yes — but when row lengths differ a longer row can win. The lab spreads row lengths by exp(σz), σ = 0…1, and measures how often the own row wins; under cosine, where length is divided out, always."""),
+    *DEMO["self-score"],
     code("""f = course.claim("self-score")
 course.show(f, LANG)"""),
+    *DEMO["self-score-check"],
     md(ko="""**해 보기** — d 를 16 으로: 좁은 표에서는 방향이 덜 갈라져서 σ = 0 에서도 자기 행이 덜 이긴다. 그래도 코사인에서는 언제나 이긴다.""",
        en="""**Try this** — d = 16: in a narrow table directions are less distinct, so the own row wins less even at σ = 0; under cosine it still always wins."""),
     code("""course.try_this("self-score", dim=16, lang=LANG)"""),
@@ -133,8 +262,10 @@ course.show(f, LANG)"""),
        en="""### 5. Closeness by cosine, scores by dot product
 
 Finding 'the tokens close to this one' by dot product mixes in the other row's length. The surest check: stretch one row of the table. Its cosines stay (its direction is unchanged) and its dot products grow by the factor. The lab stretches by ×2, ×10, ×100 and measures whether any cosine neighbour list changes and how often the stretched row leads the dot-product lists of the tokens it points towards."""),
+    *DEMO["cosine-vs-dot"],
     code("""f = course.claim("cosine-vs-dot")
 course.show(f, LANG)"""),
+    *DEMO["cosine-vs-dot-check"],
     md(ko="""**해 보기** — d 를 16 으로: 코사인 목록은 여전히 하나도 바뀌지 않고, 늘일수록 늘인 행이 내적 목록의 앞을 더 차지한다.""",
        en="""**Try this** — d = 16: still no cosine list changes, and the more the row is stretched the more dot-product lists it leads."""),
     code("""course.try_this("cosine-vs-dot", dim=16, lang=LANG)"""),
@@ -157,8 +288,10 @@ course.show(f, LANG)"""),
        en="""### 7. An embedding has no context
 
 The same id is always the same row, whatever stands around it; reading a word differently in different places is the later attention's job. The lab compares the vectors of one id at several places: without positions the difference is exactly 0, with positions added they differ."""),
+    *DEMO["no-context"],
     code("""f = course.claim("no-context")
 course.show(f, LANG)"""),
+    *DEMO["no-context-check"],
     md(ko="""**해 보기** — seed 를 바꿔도 차이는 정확히 0 이다. 표는 그저 표다.""",
        en="""**Try this** — another seed: the difference is still exactly 0. A table is just a table."""),
     code("""course.try_this("no-context", seed=4, lang=LANG)"""),

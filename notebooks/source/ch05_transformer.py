@@ -70,8 +70,8 @@ class TinyLM(nn.Module):
         self.blocks = nn.ModuleList(Block(d, heads, self.scheme) for _ in range(layers))
         self.norm = nn.LayerNorm(d)
 
-    def forward(self, ids):
-        pos = torch.arange(ids.shape[1])
+    def forward(self, ids, offset=0):
+        pos = torch.arange(ids.shape[1]) + offset                               # «offset: 자리를 통째로 민다|offset: shift every position»
         x = self.embed(ids)
         if self.scheme.family == "additive":                                     # «사인파: 입력에 더한다|sinusoid: added to the input»
             x = self.scheme.add(x, pos)
@@ -86,18 +86,23 @@ print(f"«매개변수|parameters»: {sum(p.numel() for p in model.parameters())
 print("«출력 머리가 더한 매개변수|parameters the head adds»: 0 («임베딩 표를 다시 쓴다|it reuses the embedding table»)")"""),
     md(ko="""### 3. 학습
 
-AdamW 로 잠깐 학습한다 (CPU 한 스레드에서 십여 초; 길게 돌리려면 `STEPS` 를 키운다). 매 단계의 배치는 단계 번호로 정해지므로
-같은 코드는 같은 모델을 만든다.""",
+AdamW 로 학습한다: 학습률은 `WARMUP` 걸음 동안 0 에서 `LR` 까지 곧게 오르고, 그 뒤 코사인으로 0 까지 내려간다. 기울기 노름은 1 로 자른다.
+매 단계의 배치는 단계 번호로 정해지므로 같은 코드는 같은 모델을 만든다. 모델 하나에 CPU 한 스레드로 수십 초가 걸린다 (셀이 잰 시간을 찍는다).""",
        en="""### 3. Training
 
-A short AdamW run (some ten seconds on one CPU thread; raise `STEPS` for a longer one). Each step's batch is fixed
-by its step number, so the same code trains the same model."""),
-    code("""STEPS, BATCH, TRAIN_LENGTHS = 300, 32, range(2, 9)
+AdamW: the learning rate climbs linearly from 0 to `LR` over `WARMUP` steps, then follows a cosine down to 0; gradients
+are clipped to norm 1. Each step's batch is fixed by its step number, so the same code trains the same model. One model
+takes some tens of seconds on one CPU thread (the cell prints the time it took)."""),
+    code("""import time
+
+STEPS, BATCH, LR, WARMUP, TRAIN_LENGTHS = 2000, 32, 3e-3, 100, range(2, 9)
 
 
 def train(model, steps=STEPS):
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    losses = []
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    warmup_cosine = lambda s: min(1.0, (s + 1) / WARMUP) * 0.5 * (1 + math.cos(math.pi * s / steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, warmup_cosine)
+    losses, start = [], time.process_time()
     for step in range(steps):
         g = torch.Generator().manual_seed(1000 + step)
         lengths = torch.randint(TRAIN_LENGTHS.start, TRAIN_LENGTHS.stop, (BATCH,), generator=g).tolist()
@@ -105,52 +110,106 @@ def train(model, steps=STEPS):
         loss, count = tasks.loss_sum(model, b)
         opt.zero_grad()
         (loss / count).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        schedule.step()
         losses.append(loss.item() / count)
+    print(f"{steps} «걸음|steps»: {time.process_time() - start:.1f} s CPU")
     return losses
 
 
-def accuracy(model, n, examples=64):
+def accuracy(model, n, examples=64, offset=0):
+    \"\"\"(exact match, «답의 자리마다 맞힌 비율|fraction right at each answer position») on n-symbol examples.\"\"\"
     g = torch.Generator().manual_seed(7 + n)
     b = tasks.collate([task.sample(n, g) for _ in range(examples)], vocab, "decoder")
     model.eval()
-    acc = tasks.correct(model, b).float().mean().item()
+    with torch.no_grad():
+        right = model(b.ids, offset).argmax(-1) == b.labels                   # (examples, 2n + 1)
+        exact = (right | (b.labels == tasks.IGNORE)).all(dim=1)               # «답 전체와 <eos> 가 맞았나|whole answer and <eos> right»
+        if offset == 0:
+            assert torch.equal(exact, tasks.correct(model, b))               # «posenc 의 채점과 같다|posenc's scoring agrees»
     model.train()
-    return acc
+    return exact.float().mean().item(), right[:, n + 1 : 2 * n + 1].float().mean(0)
 
 
 torch.manual_seed(0)
 sinusoidal = TinyLM("sinusoidal", len(vocab))
 losses = {"sinusoidal": train(sinusoidal)}
-print(f"«마지막 손실|final loss»: {losses['sinusoidal'][-1]:.3f}")"""),
+print(f"«마지막 손실|final loss»: {losses['sinusoidal'][-1]:.4f}")"""),
     md(ko="""### 4. 같은 모델, 다른 위치 방식
 
-이번에는 RoPE. 바뀌는 것은 `positions.build` 에 주는 이름 하나뿐이다.""",
+이번에는 RoPE. 바뀌는 것은 `positions.build` 에 주는 이름 하나뿐이다. 그 다음 두 모델을 n = 2…16 에서 잰다: 답 전체가 맞은
+비율(정확 일치)과, 답의 자리마다 맞힌 비율. 학습 길이 안에서 둘 다 0.9 이상인지 셀이 확인한다.""",
        en="""### 4. The same model, another scheme
 
-Now RoPE. The only change is the name given to `positions.build`."""),
+Now RoPE. The only change is the name given to `positions.build`. Then both models are measured at n = 2…16: the
+fraction of answers entirely right (exact match) and the fraction right at each answer position. The cell checks that
+both reach 0.9 inside the training lengths."""),
     code("""torch.manual_seed(0)
 rope = TinyLM("rope", len(vocab))
 losses["rope"] = train(rope)
 LENGTHS = list(range(2, 17))
-acc = {name: [accuracy(m, n) for n in LENGTHS] for name, m in (("sinusoidal", sinusoidal), ("rope", rope))}
+BEYOND = [n for n in LENGTHS if n not in TRAIN_LENGTHS]
+acc, per_place = {}, {}
+for name, m in (("sinusoidal", sinusoidal), ("rope", rope)):
+    runs = {n: accuracy(m, n) for n in LENGTHS}
+    acc[name] = {n: r[0] for n, r in runs.items()}
+    per_place[name] = {n: r[1] for n, r in runs.items()}
+print("n          " + " ".join(f"{n:5}" for n in LENGTHS))
 for name in acc:
-    inside = sum(acc[name][: len(TRAIN_LENGTHS)]) / len(TRAIN_LENGTHS)
-    outside = sum(acc[name][len(TRAIN_LENGTHS):]) / (len(LENGTHS) - len(TRAIN_LENGTHS))
-    print(f"{name:10}: «학습 길이 안|inside the training lengths» {inside:.2f}, «밖 (n = 9…16)|beyond (n = 9…16)» {outside:.2f}")"""),
-    code("""fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3.2))
+    print(f"{name:10} " + " ".join(f"{acc[name][n]:5.2f}" for n in LENGTHS))
+inside = {name: sum(acc[name][n] for n in TRAIN_LENGTHS) / len(TRAIN_LENGTHS) for name in acc}
+assert min(inside.values()) >= 0.9, inside                                     # «학습 길이는 배웠다|the training lengths are learned»"""),
+    code("""for name in acc:
+    beyond = [acc[name][n] for n in BEYOND]
+    tokens = {n: per_place[name][n].mean().item() for n in BEYOND}
+    first_wrong = {n: next((j + 1 for j, r in enumerate(per_place[name][n].tolist()) if r < 0.5), None) for n in BEYOND}
+    print(f"{name}: «정확 일치, 학습 길이 안|exact match inside the training lengths» {inside[name]:.2f}; "
+          f"«밖 (n = 9…16) 평균|beyond (n = 9…16), mean» {sum(beyond) / len(beyond):.2f}, «최고|best» {max(beyond):.2f} (n = {BEYOND[beyond.index(max(beyond))]})")
+    print(f"    «답의 기호를 맞힌 비율|answer symbols right»: n = 9 → {tokens[9]:.2f}, n = 12 → {tokens[12]:.2f}, n = 16 → {tokens[16]:.2f}")
+    print(f"    «처음으로 절반 넘게 틀리는 답의 자리|first answer position wrong more than half the time»: "
+          + ", ".join(f"n = {n}: {first_wrong[n] if first_wrong[n] else '«없음|none»'}" for n in (9, 12, 16)))"""),
+    md(ko="""학습 길이를 넘는 또 하나의 방법: 길이는 학습 때 그대로(n = 2…8) 두고, 모든 자리를 `offset` 만큼 밀어 학습 때 본 적 없는
+위치에 놓는다. 밀어도 토큰 사이의 간격은 그대로다.""",
+       en="""Another way past the training length: keep the lengths of training (n = 2…8) and shift every position by `offset`,
+to positions never seen in training. The offsets between tokens stay as they were."""),
+    code("""OFFSETS = [0, 4, 8, 16, 32, 64, 128]
+shifted = {name: [sum(accuracy(m, n, offset=o)[0] for n in TRAIN_LENGTHS) / len(TRAIN_LENGTHS) for o in OFFSETS]
+           for name, m in (("sinusoidal", sinusoidal), ("rope", rope))}
+print("offset     " + " ".join(f"{o:5}" for o in OFFSETS))
+for name in shifted:
+    print(f"{name:10} " + " ".join(f"{a:5.2f}" for a in shifted[name]))
+for name in shifted:
+    kept = [o for o, a in zip(OFFSETS, shifted[name]) if a >= 0.9]
+    print(f"{name}: «정확 일치 0.9 이상을 지킨 offset|offsets keeping exact match at 0.9 or more»: {kept}; "
+          f"offset {OFFSETS[-1]} «에서|at»: {shifted[name][-1]:.2f}")"""),
+    code("""fig, ((a, b), (c, e)) = plt.subplots(2, 2, figsize=(9, 6))
 for name in losses:
-    a.plot(losses[name], label=name)
-    b.plot(LENGTHS, acc[name], marker="o", label=name)
-a.set_xlabel("«단계|step»"); a.set_ylabel("«손실|loss»"); a.set_title("«학습 곡선|training loss»"); a.legend()
+    a.plot(torch.tensor(losses[name]).log10(), label=name, alpha=0.8)
+    b.plot(LENGTHS, [acc[name][n] for n in LENGTHS], marker="o", label=name)
+    c.plot(range(1, 13), per_place[name][12], marker="o", label=name)
+    e.plot(OFFSETS, shifted[name], marker="o", label=name)
+a.set_xlabel("«단계|step»"); a.set_ylabel("log10 «손실|loss»"); a.set_title("«학습 곡선|training loss»"); a.legend()
 b.axvspan(TRAIN_LENGTHS.start, TRAIN_LENGTHS.stop - 1, color="0.9", label="«학습 길이|training lengths»")
-b.set_xlabel("«기호 수 n|symbols n»"); b.set_ylabel("«정확도|exact match»"); b.set_title("«학습 길이 밖|beyond the training length»")
+b.set_xlabel("«기호 수 n|symbols n»"); b.set_ylabel("«정확 일치|exact match»"); b.set_title("«더 긴 과제|longer tasks»")
 b.legend()
+c.set_xlabel("«답의 자리 (n = 12)|answer position (n = 12)»"); c.set_ylabel("«맞힌 비율|fraction right»")
+c.set_title("«n = 12: 어디서 틀리나|n = 12: where it goes wrong»"); c.legend()
+e.set_xscale("symlog", linthresh=4); e.set_xticks(OFFSETS, [str(o) for o in OFFSETS]); e.set_xlabel("offset"); e.set_ylabel("«정확 일치 (n = 2…8)|exact match (n = 2…8)»")
+e.set_title("«같은 길이, 민 자리|same lengths, shifted positions»"); e.legend()
 book.show(fig)"""),
-    md(ko="""학습 길이 밖에서 무엇이 달라지는지가 위치 방식의 몫이다. 같은 정확도 비교를 여러 씨앗과 방식으로 길게 재는 것이
-`posenc lengthgen` 이고, 노트북 3 의 `exercises-relative` 는 같은 질문을 이동(shift)으로 묻는다.""",
-       en="""What changes past the training length is the position scheme's doing. `posenc lengthgen` measures the same
-comparison over seeds and schemes at length, and notebook 3's `exercises-relative` asks the same question with a shift."""),
+    md(ko="""위의 숫자는 이 실행이 낸 그대로다. 사인파는 절대 위치라 학습 때 본 적 없는 자리(시퀀스 위치 17 너머)의 벡터를 처음 만나고,
+RoPE 는 상대 위치라 자리 자체는 새롭지 않지만, 답의 기호 j 에서 원문의 기호 j 까지의 간격 n 이 학습 때의 최대(8)를 넘는다 —
+모델이 'n 칸 앞을 보라' 를 배웠다면 그 간격은 처음 보는 것이다. 자리를 통째로 밀 때는 사정이 다르다: RoPE 의 점수는 간격에만 달려 있어 밀어도 (반올림까지) 그대로이고, 사인파는 입력 자체가 바뀐다.
+어느 쪽이든 학습 길이 밖에서 무엇이 달라지는지는 위치 방식이 정한다. 같은 비교를 여러 씨앗과 방식으로 길게 재는 것이 `posenc lengthgen` 이고, 노트북 3 의
+`exercises-relative` 는 같은 질문을 이동(shift)으로 묻는다.""",
+       en="""The numbers above are this run's. The sinusoid is absolute: past the training lengths it meets vectors for
+sequence positions it never saw (beyond 17). RoPE is relative: no position is new to it, but the offset n from answer symbol j back
+to source symbol j exceeds the largest seen in training (8) — if the model learned 'look n back', that offset is new.
+A shift is another matter: RoPE's scores depend on the offsets alone, so shifting leaves them as they were (to rounding),
+while the sinusoid changes the inputs themselves. Either way, what changes past the training length is the position
+scheme's doing. `posenc lengthgen` measures the same comparison over seeds and schemes at length, and
+notebook 3's `exercises-relative` asks the same question with a shift."""),
     md(ko="""### 5. posenc 의 완성 모델과 비교
 
 `posenc.build_decoder_only` 는 같은 부품으로 만든 모델이다. `describe()` 가 무엇을 이었는지 말해 준다.""",

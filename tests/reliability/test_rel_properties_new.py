@@ -130,9 +130,14 @@ def test_gguf_metadata_is_described_or_refused(meta):
             hf = config_from_metadata(meta, path)
         else:
             hf = generic_gguf_config(meta, path)
-        describe_config(hf, source=str(path), format="gguf")
-    except ValueError:
-        pass
+        d = describe_config(hf, source=str(path), format="gguf")
+    except ValueError as err:  # refused: one line saying what is wrong (the CLI prints it as `posenc: error: …`)
+        assert str(err).strip() and "\n" not in str(err), repr(err)
+        return
+    # described: a plan per block for an architecture posenc loads, and a positive trained context
+    assert d.trained_context is None or d.trained_context >= 1
+    if meta["general.architecture"] in ARCHS:
+        assert d.family is not None and len(d.plan) == hf["num_hidden_layers"]
 
 
 # -- chat templates ---------------------------------------------------------------------------------------------

@@ -321,18 +321,18 @@ def check_values(meta: dict[str, Any], path: Path) -> None:
         key = f"{arch}.{name}"
         v = meta.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high):
-            raise _error(f"{path}: metadata {key} must be an integer from {low} to {high:,}, got {str(v)[:60]} — "
+            raise _error(f"{path}: metadata {key} must be an integer from {low} to {high:,}, got {repr(v)[:60]} — "
                          f"{_BAD_VALUE}")
     for name, (above, what) in FLOAT_KEYS.items():
         key = f"{arch}.{name}"
         v = meta.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                               or not v > above):
-            raise _error(f"{path}: metadata {key} must be {what}, a finite number > {above:g}, got {str(v)[:60]} "
+            raise _error(f"{path}: metadata {key} must be {what}, a finite number > {above:g}, got {repr(v)[:60]} "
                          f"— {_BAD_VALUE}")
     kind = meta.get(f"{arch}.rope.scaling.type")
     if kind is not None and not isinstance(kind, str):
-        raise _error(f"{path}: metadata {arch}.rope.scaling.type must be a string, got {str(kind)[:60]} — "
+        raise _error(f"{path}: metadata {arch}.rope.scaling.type must be a string, got {repr(kind)[:60]} — "
                      f"{_BAD_VALUE}")
 
 

@@ -339,7 +339,7 @@ def _read_gguf(path: Path, *, tokenizer: bool) -> Reading:
 def generic_gguf_config(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     """An HF-style dict of a GGUF file's RoPE metadata for an architecture posenc does not load
     (``{arch}.rope.*`` keys): enough for ``posenc rope`` to read its RoPE, with nothing filled in."""
-    from posenc.formats.gguf import llama_cpp_attention_factor
+    from posenc.formats.gguf import GGUFError, _rope_scaling
     from posenc.formats.gguf_header import check_values
 
     check_values(meta, path)  # typed and bounded: no array, string or zero reaches the arithmetic below
@@ -358,23 +358,18 @@ def generic_gguf_config(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     config: dict[str, Any] = {"model_type": f"gguf:{arch}", "num_attention_heads": heads, "hidden_size": hidden,
                               "head_dim": head_dim, "max_position_embeddings": int(get("context_length", 2048)),
                               "num_hidden_layers": int(get("block_count", 0))}
-    if rope_dim != head_dim and head_dim:
+    if rope_dim != head_dim:
         config["partial_rotary_factor"] = rope_dim / head_dim
     if get("rope.freq_base") is not None:
         config["rope_theta"] = float(get("rope.freq_base"))
-    kind = get("rope.scaling.type")
-    factor = get("rope.scaling.factor", get("rope.scale_linear"))
-    if kind not in (None, "none"):
-        block: dict[str, Any] = {"rope_type": str(kind), "factor": None if factor is None else float(factor)}
-        original = get("rope.scaling.original_context_length")
-        if original is not None:
-            block["original_max_position_embeddings"] = int(original)
-        for key, hf in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-            if get(f"rope.scaling.{key}") is not None:
-                block[hf] = float(get(f"rope.scaling.{key}"))
-        extra = get("rope.scaling.attn_factor")
-        if extra is not None:
-            block["attention_factor"] = llama_cpp_attention_factor(kind, factor, extra)
+    try:  # the scaling as the loader reads it (linear, yarn: with llama.cpp's attention factor)
+        block = _rope_scaling(meta, arch, path)
+    except GGUFError:  # a type the loader does not run: stated as the file states it, for rope to read
+        factor = get("rope.scaling.factor", get("rope.scale_linear"))
+        block = {"rope_type": str(get("rope.scaling.type")), "factor": None if factor is None else float(factor)}
+        if get("rope.scaling.original_context_length") is not None:
+            block["original_max_position_embeddings"] = int(get("rope.scaling.original_context_length"))
+    if block is not None:
         config["rope_scaling"] = block
     return config
 

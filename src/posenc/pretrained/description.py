@@ -27,8 +27,9 @@ loaded model runs.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -126,8 +127,6 @@ class ModelDescription:
     def layer_groups(self) -> list[tuple[dict[str, Any], list[int]]]:
         """The plan's distinct layer specs, each with the indices of the layers that run it (first-seen order)."""
         groups: dict[str, tuple[dict[str, Any], list[int]]] = {}
-        import json
-
         for i, spec in enumerate(self.plan):
             key = json.dumps(spec, sort_keys=True)
             groups.setdefault(key, (spec, []))[1].append(i)
@@ -234,9 +233,9 @@ def describe_config(hf: dict[str, Any], *, source: str = "config.json", format: 
     if family is None:
         return _with_context(description, None)
     # the reader's checks (messages naming the config file); the pairing does not change the facts
-    config = ModelDescription(**{**description.__dict__, "source": named}).model_config(pairing="half")
+    config = replace(description, source=named).model_config(pairing="half")
     plan = tuple(spec.to_dict() for spec in getattr(config, "plan", ()))
-    return _with_context(ModelDescription(**{**description.__dict__, "plan": plan}), config)
+    return _with_context(replace(description, plan=plan), config)
 
 
 def _with_context(d: ModelDescription, config: Any) -> ModelDescription:
@@ -252,8 +251,7 @@ def _with_context(d: ModelDescription, config: Any) -> ModelDescription:
         if isinstance(value, int):
             original = value
             break
-    return ModelDescription(**{**d.__dict__, "trained_context": None if trained is None else int(trained),
-                               "rope_original_context": original})
+    return replace(d, trained_context=None if trained is None else int(trained), rope_original_context=original)
 
 
 def _read_config(path: Path) -> dict[str, Any]:

@@ -56,6 +56,7 @@ The models refused here load from their HF folders (``posenc.pretrained.hf``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -587,6 +588,30 @@ def raw_blocks(t) -> Tensor:
     with warnings.catch_warnings():  # torch warns that the array is not writable; it is only read
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(data.view(np.uint8))
+
+
+def release_pages(t, start: int = 0, stop: int | None = None) -> None:
+    """Unmap a memory-mapped tensor's pages (bytes ``start … stop`` of it, default all) from this process
+    (``madvise(MADV_DONTNEED)``).
+
+    For a tensor whose bytes were copied into another layout: the pages it touched no longer count in the
+    process's memory (whole-process RSS counts mapped file pages). Nothing is lost — the map is read-only and
+    a later read maps the pages back from the file (the OS page cache). A no-op for tensors not on a map, and
+    where ``madvise`` is missing (Windows) or refused.
+    """
+    import mmap
+
+    data = getattr(t, "data", None)
+    handle = getattr(data, "_mmap", None)  # numpy memmap views carry their map
+    if handle is None or not hasattr(handle, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    page = mmap.PAGESIZE  # the map is the whole file (np.memmap at offset 0): file offsets are map offsets
+    stop = t.n_bytes if stop is None else min(stop, t.n_bytes)
+    first = (t.data_offset + start) // page * page
+    last = min(len(handle), -(-(t.data_offset + stop) // page) * page)
+    if last > first:
+        with contextlib.suppress(OSError, ValueError):
+            handle.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
 def fp16_field(raw: Tensor, at: int) -> Tensor:

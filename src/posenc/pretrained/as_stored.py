@@ -67,6 +67,48 @@ def _stored_nibbles(raw: Tensor, kind: str) -> tuple[Tensor, Tensor, Tensor]:
     return b[..., at : at + 16].reshape(n, -1), d, minimum
 
 
+#: Stored bytes decoded at a time while a tensor is put into the kernel's layout: the decode's temporaries
+#: (a uint8 value per weight, float32 scales, int16 for Q8_0) stay a few times this, whatever the tensor's size.
+PACK_CHUNK_BYTES = 8 << 20
+
+
+def _kernel_layout(raw: Tensor, kind: str, order: Tensor | None = None, tensor: Any = None
+                   ) -> tuple[Tensor, Tensor, int]:
+    """Stored blocks (rows in ``order``) → (weight, scales, bits) in posenc's kernel layout
+    (``kernels.pack`` and ``kernels.pack_scales`` / ``pack_scales16``), decoded :data:`PACK_CHUNK_BYTES` of
+    blocks at a time into the final buffer: loading Gemma 3's 262,144 × 640 Q8_0 token table as its tied head
+    peaked at ≈ 840 MB of temporaries when decoded whole. ``tensor``: the file's tensor whose map ``raw`` views;
+    each chunk's pages are unmapped once copied (``formats.gguf.release_pages``), so that the map and the copy
+    are never both resident (rows in an ``order``: all pages at the end)."""
+    from posenc import kernels
+    from posenc.formats.gguf import release_pages
+
+    n = raw.shape[0]
+    step = max(1, PACK_CHUNK_BYTES // max(1, raw.shape[1]))
+    weight, scales, bits = None, [], 0
+    for start in range(0, n, step):
+        rows = raw[start : start + step] if order is None else raw[order[start : start + step]]
+        if kind in ("Q4_0", "Q4_1"):  # the blocks' bytes are already the kernel's nibble order
+            w, scale, minimum = _stored_nibbles(rows, kind)
+            bits, s = 4, kernels.pack_scales(scale, minimum)
+        else:
+            gq = _groups(rows, kind)
+            bits, w = gq.bits, kernels.pack(gq.values, gq.bits)
+            s = kernels.pack_scales16(gq.scale) if gq.group != 32 else kernels.pack_scales(gq.scale, gq.minimum)
+        if weight is None:
+            weight = torch.empty(n, w.shape[1], dtype=w.dtype)
+        weight[start : start + len(w)] = w
+        scales.append(s)
+        if tensor is not None and order is None:
+            release_pages(tensor, start * raw.shape[1], (start + step) * raw.shape[1])
+    if tensor is not None:
+        release_pages(tensor)
+    if len({s.dtype for s in scales}) > 1:  # a chunk needed float32 bits (not every pair is a float16): all do
+        scales = [s.view(torch.float16).float().view(torch.int32) if s.dtype == torch.int16 else s for s in scales]
+    assert weight is not None
+    return weight, torch.cat(scales), bits
+
+
 def _groups(raw: Tensor, kind: str):
     from posenc.formats.gguf import decode_groups
     from posenc.models.quant import GroupQuant
@@ -122,8 +164,8 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     Returns:
         {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
     """
-    from posenc.formats.gguf import (GROUP16_TYPES, GROUP_TYPES, config_of, index_tensors, load_tensor, open_mapped,
-                                     raw_blocks, stored_pairing, type_name)
+    from posenc.formats.gguf import (BLOCK_BYTES, GROUP16_TYPES, GROUP_TYPES, config_of, index_tensors, load_tensor,
+                                     open_mapped, raw_blocks, release_pages, stored_pairing, type_name)
     from posenc.families import family_named
     from posenc.models.decoder import build_decoder
     from posenc import kernels
@@ -155,9 +197,14 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
             model.embed = QuantEmbedding(stored=raw, decode=partial(_groups, kind=kind), dim=cfg.dim, kind=kind,
                                          dtype=dtype)
             if cfg.tie_embeddings:
-                gq = model.embed.groups()
                 exact = partial(_groups, raw, kind)
-                model.head = QuantHead.of(QuantLinear.from_groups(gq, exact=exact, stored=kind), tied=True)
+                if kernels.load() is not None:
+                    ql = QuantLinear(in_features=cfg.dim, out_features=raw.shape[0], exact=exact, stored=kind,
+                                     packed=_kernel_layout(raw, kind, tensor=t))
+                else:
+                    ql = QuantLinear.from_groups(model.embed.groups(), exact=exact, stored=kind)
+                model.head = QuantHead.of(ql, tied=True)
+            release_pages(t)  # lookups map back just the rows they read
             stored[name] = f"{kind} blocks (memory map)"
             continue
         module = model.head if name == "head.weight" else model.get_submodule(name.removesuffix(".weight"))
@@ -171,9 +218,11 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
             exact = partial(_groups, raw, kind)
         else:
             exact = lambda raw=raw, kind=kind, order=order: _groups(raw, kind).take_rows(order)  # noqa: E731
-        if kind in ("Q4_0", "Q4_1") and kernels.load() is not None:  # the blocks' bytes are the kernel's layout
-            nibbles, scale, minimum = (t if order is None else t[order] for t in _stored_nibbles(raw, kind))
-            ql = QuantLinear.from_packed(nibbles, scale, minimum, 4, bias=bias, exact=exact, stored=kind)
+        if kernels.load() is not None:
+            size, per = BLOCK_BYTES[kind]
+            ql = QuantLinear(in_features=raw.shape[1] // size * per, out_features=raw.shape[0],
+                             packed=_kernel_layout(raw, kind, order, tensor=t), bias=bias, exact=exact,
+                             stored=kind)  # the blocks now live in the kernel's layout: ``exact`` maps them back
         else:
             gq = _groups(raw, kind)
             ql = QuantLinear.from_groups(gq if order is None else gq.take_rows(order), bias=bias, exact=exact,

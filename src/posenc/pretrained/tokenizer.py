@@ -234,9 +234,11 @@ def gguf_tokenizer(meta: dict[str, Any], path: Path) -> Tokenizer:
     """The tokenizer a GGUF file's metadata describes, with its BOS/EOS ids, the strings of its other special
     tokens (unk/sep/pad/cls/mask, where the file names their ids), chat template and add-BOS flag."""
     from posenc.formats.gguf_tokenizer import tokenizer_from_metadata
+    from posenc.malloc import trim_heap
 
     get = lambda key: int(meta[key]) if key in meta else None  # noqa: E731
     tok = tokenizer_from_metadata(meta, path)
+    trim_heap()  # the merges' temporary Python objects are freed: their pages go back (posenc.malloc)
     vocab = tok.get_vocab_size(with_added_tokens=True)
     special = {}
     for key, name in GGUF_SPECIAL_IDS.items():

@@ -194,3 +194,29 @@ def test_a_layer_plan_is_stated_not_none(folder, tmp_path, capsys):
     assert main(["perplexity", str(folder), str(tmp_path / "text.txt"), "--window", "32", "--quiet",
                  "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out)["position"] == summary
+
+
+@pytest.mark.parametrize("family_logits", [{"final_softcap": 2.0}, {"logit_scale": 0.25}])
+def test_scoring_in_chunks_equals_the_whole_windows_loss_with_the_familys_logit_step(family_logits, monkeypatch,
+                                                                                     seed):
+    """``perplexity`` scores a window's logits a chunk of positions at a time (bounded memory), each through
+    ``Decoder.logits`` — Gemma 2's soft cap and Cohere's logit scale included, which the head alone skipped."""
+    from posenc.commands import perplexity
+    from posenc.models.decoder import DecoderConfig, build_decoder
+
+    gen = torch.Generator().manual_seed(seed)
+    vocab = 37
+    model = build_decoder(DecoderConfig(vocab_size=vocab, dim=16, num_layers=2, num_heads=2, ffn_dim=24,
+                                        **family_logits)).eval()
+    ids = torch.randint(0, vocab, (41,), generator=gen)
+    plan = window_plan(len(ids), 16, 8)
+    monkeypatch.setattr(perplexity, "LOGIT_BYTES", 4 * vocab * 3)  # 3 positions at a time
+    assert perplexity.logit_rows(vocab) == 3
+    nll, count = perplexity.score(model, ids, plan, quiet=True)
+    ref = 0.0  # float64, every window's logits whole, from the model's forward (head + the family's step)
+    with torch.no_grad():
+        for start, end, scored in plan:
+            logits = model(ids[None, start:end])[0, -scored - 1:-1].double()
+            ref += float(torch.nn.functional.cross_entropy(logits, ids[end - scored:end], reduction="sum"))
+    assert count == len(ids) - 1
+    assert nll == pytest.approx(ref, rel=1e-6)

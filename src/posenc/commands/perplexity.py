@@ -61,16 +61,18 @@ def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool
     import torch.nn.functional as F
     from tqdm import tqdm
 
-    from posenc.models.quant import chunk_of_pass
-
     total, count = 0.0, 0
+    rows = logit_rows(model.config.vocab_size)
     with torch.inference_mode():
         for start, end, scored in tqdm(plan, desc="windows", unit="window", disable=quiet):
             window = ids[None, start:end]  # (1, T)
-            h = model.hidden(window)[:, -scored - 1:-1]  # (1, scored, D): the positions that predict scored tokens
-            logits = chunk_of_pass(model.head, h, end - start).float()  # (1, scored, V): routed as the window
-            targets = window[:, -scored:]
-            losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").double()  # (scored,)
+            h = model.hidden(window)[0, -scored - 1:-1]  # (scored, D): the positions that predict scored tokens
+            targets = window[0, -scored:]
+            # the logits `rows` positions at a time (each chunk routed as the whole window): a window's logits at
+            # once took 1.6 GB for SmolLM2 at 8,192 tokens, 8.6 GB for Gemma 3, twice over with the softmax
+            losses = torch.cat([F.cross_entropy(model.logits(h[a : a + rows], pass_rows=end - start).float(),
+                                                targets[a : a + rows], reduction="none").double()
+                                for a in range(0, scored, rows)])  # (scored,)
             total += float(losses.sum())
             if not math.isfinite(total):  # a NaN loss is not a perplexity: say so instead of printing nan
                 raise FloatingPointError(f"the model's loss is NaN or ±inf in the window of tokens {start}–{end}; "
@@ -79,6 +81,16 @@ def score(model: Any, ids: Any, plan: list[tuple[int, int, int]], *, quiet: bool
             if per_token is not None:
                 per_token.extend(losses.tolist())
     return total, count
+
+
+#: Bytes of float32 logits a scoring pass holds at a time (``logit_rows``).
+LOGIT_BYTES = 256 << 20
+
+
+def logit_rows(vocab_size: int) -> int:
+    """Positions whose logits are computed at once in a scoring pass: :data:`LOGIT_BYTES` of float32 (1,365 for
+    SmolLM2's 49,152 tokens, 256 for Gemma 3's 262,144)."""
+    return max(1, LOGIT_BYTES // (4 * vocab_size))
 
 
 def score_stream(model: Any, ids: Any, policy: Any, *, step: int = 1, quiet: bool = False,
@@ -178,8 +190,10 @@ def run(args: argparse.Namespace) -> int:
     from posenc.validation import check_memory
 
     widest = max(end - first for first, end, _ in plan)
-    check_memory(8.0 * widest * pm.config.vocab_size, f"the logits of a {widest:,}-token window "
-                 f"(× {pm.config.vocab_size:,} vocabulary, float32, twice)", fix="lower --window")
+    chunk = min(widest, logit_rows(pm.config.vocab_size))
+    check_memory(8.0 * chunk * pm.config.vocab_size + 4.0 * widest * pm.config.dim,
+                 f"the logits of {chunk:,} positions at a time (× {pm.config.vocab_size:,} vocabulary, float32, "
+                 f"twice) and a {widest:,}-token window's hidden states", fix="lower --window")
     start = time.perf_counter()
     losses: list[float] | None = [] if args.per_token is not None else None
     nll, count = score(pm.model, torch.tensor(ids, device=args.device), plan, quiet=args.quiet, per_token=losses)

@@ -327,9 +327,14 @@ class Decoder(nn.Module):
                 x = layer(x, positions=positions, cache=None if cache is None else cache[i]) if out is None else out
         return self.norm(x)
 
-    def logits(self, h: Tensor) -> Tensor:
-        """Hidden states (…, D) → logits (…, V): the head, then the family's logit scale or soft cap."""
-        out = self.head(h)
+    def logits(self, h: Tensor, *, pass_rows: int | None = None) -> Tensor:
+        """Hidden states (…, D) → logits (…, V): the head, then the family's logit scale or soft cap.
+
+        ``pass_rows``: the rows of a whole pass that ``h`` is one chunk of (a loss over a long window, computed
+        chunk by chunk): a quantised head routes the chunk as it would the whole pass."""
+        from posenc.models.quant import chunk_of_pass
+
+        out = self.head(h) if pass_rows is None else chunk_of_pass(self.head, h, pass_rows)
         if self.config.logit_scale is not None:
             out = out * self.config.logit_scale
         if self.config.final_softcap is not None:

@@ -150,8 +150,11 @@ def test_no_variant_names_a_correct_reading():
                 assert (numbers["rotated"] - ref["rotated"]).abs().max() > 1e-9, bug
 
 
-def test_the_cli_gates_on_a_differing_engine(tmp_path, capsys):
+def test_the_cli_gates_on_a_differing_engine(tmp_path, capsys, monkeypatch):
     from posenc.cli import main
+
+    monkeypatch.delenv("POSENC_LLAMACPP_BUILD", raising=False)  # no llama.cpp build: reported, never skipped
+    monkeypatch.setenv("POSENC_ENGINES", str(tmp_path / "engines"))
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(YARN_MSCALE))
@@ -164,7 +167,7 @@ def test_the_cli_gates_on_a_differing_engine(tmp_path, capsys):
     assert {k for k in rows[0]} >= {"engine", "version", "status", "max_abs_err", "first_diverging", "bug_class",
                                     "reason"}
     assert rows[0]["bug_class"] == "yarn-ignores-mscale"
-    assert rows[1]["status"] == "unavailable" and "C++ build" in rows[1]["reason"]
+    assert rows[1]["status"] == "unavailable" and "posenc engines install llama.cpp" in rows[1]["reason"]
     assert main(["rope", str(path), "--no-hf", "--engines", "nonesuch"]) == 2
 
 

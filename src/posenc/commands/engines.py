@@ -6,7 +6,9 @@
     posenc rope smollm2 --engines all
 
 Each engine but ``hf`` gets its own venv under ``.engines/NAME`` (``$POSENC_ENGINES``), which sees posenc's own
-packages; binary wheels only. ``llama.cpp`` and ``vllm`` are listed with why they cannot install here.
+packages; binary wheels only. ``llama.cpp`` is built from source (PyPI's llama-cpp-python sdist, cmake and
+ninja, about five minutes on two cores; or ``POSENC_LLAMACPP_BUILD`` names an existing llama.cpp build folder)
+and answers for GGUF files; ``vllm`` is listed with why it cannot install here.
 """
 
 from __future__ import annotations

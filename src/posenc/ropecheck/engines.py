@@ -16,7 +16,8 @@ output equals a variant is named by it.
 Engines (``ENGINES``): ``hf`` in process (the model's own ``*RotaryEmbedding`` fed the config and its
 ``apply_rotary_pos_emb``), and ``torchtune``, ``x-transformers``, ``rotary-embedding-torch``, ``mlx`` in their own
 venvs under ``.engines/`` (``posenc engines install NAME``), run as ``python -m posenc.ropecheck.engine_adapters NAME``
-with the cases on stdin; ``llama.cpp`` and ``vllm`` are reported unavailable with the reason
+with the cases on stdin; ``llama.cpp`` on a GGUF file, through its own programs (``posenc.ropecheck.llamacpp``:
+its loader's reading of the file, ggml's RoPE kernel); ``vllm`` is reported unavailable with the reason
 (``posenc.ropecheck.install``). An engine that does not implement a variant says so, with the reason.
 """
 
@@ -51,11 +52,14 @@ class Case:
     pairing: str = "half"  # the convention the model's q/k weights are in (HF checkpoints: half)
     siblings: list[dict[str, Any]] = field(default_factory=list)  # the other groups' {layer_type, scheme, options}
     layer_index: int = 0  # the group's first layer (engines that build a layer's attention ask for one)
+    layers: list[int] = field(default_factory=list)  # every layer of the group
+    source: str | None = None  # the model file or config the case was read from (llama.cpp reads a .gguf itself)
 
     def to_json(self) -> dict[str, Any]:
         return {"layer_type": self.layer_type, "scheme": self.scheme, "options": self.options,
                 "head_dim": self.head_dim, "positions": self.positions, "config": self.config,
-                "pairing": self.pairing, "siblings": self.siblings, "layer_index": self.layer_index}
+                "pairing": self.pairing, "siblings": self.siblings, "layer_index": self.layer_index,
+                "layers": self.layers, "source": self.source}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Case":
@@ -219,14 +223,18 @@ def _pairs(per_coordinate: torch.Tensor, pairing: str, P: int) -> torch.Tensor:
     return torch.maximum(d[:, 0:2 * P:2], d[:, 1:2 * P:2])
 
 
-def excess(got: dict[str, torch.Tensor], numbers: dict[str, Any], x_scale: float) -> tuple[torch.Tensor, float]:
+def excess(got: dict[str, torch.Tensor], numbers: dict[str, Any], x_scale: float,
+           ulps: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
     """(error / tolerance per rotated coordinate (T, D) or per pair (T, P), the largest absolute error).
 
-    The tolerance is what float32 arithmetic may be off by: the angles p·θ rounded to float32 (twice), times the
-    attention factor and the probe's size; laid out in the pairing ``numbers`` were rotated in.
+    The tolerance is what float32 arithmetic may be off by: the angles p·θ rounded to float32 (16 units in the
+    last place, or ``ulps`` per pair (P,) for an engine that forms θᵢ by i successive float32 products, as
+    ggml does), times the attention factor and the probe's size; laid out in the pairing ``numbers`` were
+    rotated in.
     """
     factor = max(float(numbers["cos"].abs().max()), float(numbers["sin"].abs().max()), 1.0)
-    tol = factor * x_scale * (2e-6 + 16 * 2.0**-24 * numbers["angles"].abs())  # (T, P)
+    width = 16.0 if ulps is None else ulps.double()[: numbers["angles"].shape[-1]]
+    tol = factor * x_scale * (2e-6 + width * 2.0**-24 * numbers["angles"].abs())  # (T, P)
     if got.get("rotated") is not None:
         err = torch.nan_to_num((got["rotated"].double() - numbers["rotated"]).abs(), nan=math.inf)
         width = numbers["rotated"].shape[-1]
@@ -247,7 +255,8 @@ def judge(case: Case, engine: dict[str, Any], engine_pairing: str | None = None)
         return {"status": "unsupported", "max_abs_err": None, "first_diverging": None, "bug_class": None,
                 "reason": "the engine returned neither rotated q nor cos/sin"}
     x_scale = float(probe(case.head_dim).abs().max())
-    ratio, worst = excess(got, ref, x_scale)
+    ulps = None if engine.get("angle_ulps") is None else torch.as_tensor(engine["angle_ulps"], dtype=torch.float64)
+    ratio, worst = excess(got, ref, x_scale, ulps)
     P = ref["cos"].shape[-1]
     per_pair = _pairs(ratio, pairing, P) if "rotated" in got else ratio
     bad = per_pair > 1
@@ -264,7 +273,7 @@ def judge(case: Case, engine: dict[str, Any], engine_pairing: str | None = None)
         out["first_diverging"] = {"pair": None, "coordinate": j, "position": case.positions[t]}
     matches = []
     for bug, why, numbers in bug_variants(c):
-        if not bool((excess(got, numbers, x_scale)[0] <= 1).all()):
+        if not bool((excess(got, numbers, x_scale, ulps)[0] <= 1).all()):
             continue
         matches.append({"bug_class": bug, "why": why})
     if matches:
@@ -412,6 +421,92 @@ class SubprocessEngine(Engine):
         return json.loads(done.stdout)
 
 
+class LlamaCppEngine(Engine):
+    """llama.cpp on a GGUF file: its loader's reading of the file and ggml's RoPE kernel on the probe
+    (``posenc.ropecheck.llamacpp``); a case read from a config.json or HF folder is unsupported."""
+
+    name = "llama.cpp"
+
+    def __init__(self) -> None:
+        self._version: str | None = None
+        self._bins: tuple[Any, Any] | None = None
+
+    def available(self) -> str | None:
+        from posenc.ropecheck import llamacpp
+
+        from posenc.ropecheck import install
+
+        build = llamacpp.build_dir()
+        record = install.record_of("llama.cpp")
+        if build is None and record is not None and record.get("status") == "failed":
+            return f"installing failed: {record.get('reason')}"
+        if build is None:
+            return ("not installed: `posenc engines install llama.cpp` (builds it from PyPI's llama-cpp-python "
+                    "sdist, about five minutes), or set POSENC_LLAMACPP_BUILD to a llama.cpp build folder")
+        try:
+            self._bins = llamacpp.binaries(build)
+            self._version = llamacpp.version(build)
+        except (llamacpp.Unavailable, OSError, subprocess.SubprocessError) as err:
+            return str(err)
+        return None
+
+    def version(self) -> str | None:
+        return self._version
+
+    def run(self, cases: list[Case]) -> list[dict[str, Any]]:
+        from posenc.ropecheck import llamacpp
+
+        assert self._bins is not None, "available() first"
+        completion, rope = self._bins
+        read: dict[str, Any] = {}
+        out: list[dict[str, Any]] = []
+        for case in cases:
+            if not case.source or not _is_gguf(case.source):
+                out.append({"unsupported": "llama.cpp reads GGUF files: give posenc rope the model's .gguf"})
+                continue
+            try:
+                if case.source not in read:
+                    read[case.source] = llamacpp.read_gguf(completion, case.source)
+                info = read[case.source]
+                scaling = str(info.get("rope scaling", "none"))
+                if scaling not in ("none", "linear"):
+                    out.append({"unsupported": f"rope scaling {scaling}: llama.cpp computes its attention factor "
+                                               "inside its context without printing it (llama-context.cpp); "
+                                               "compared: none and linear"})
+                    continue
+                layers = case.layers or [case.layer_index]
+                params = llamacpp.layer_parameters(info, layers[0])
+                if params["mode"] not in llamacpp.PAIRING:
+                    out.append({"unsupported": f"llama.cpp's rope type {params['mode']} (M-RoPE or vision): "
+                                               "posenc's probe covers NORM (0) and NEOX (2)"})
+                    continue
+                rotated = llamacpp.rotate(rope, params, probe(case.head_dim).tolist(), case.positions)
+            except llamacpp.Unavailable as err:
+                out.append({"unavailable": str(err)})
+                continue
+            # ggml forms θᵢ = p·sⁱ by i successive float32 products (theta *= theta_scale): pair i carries up to
+            # i + 1 roundings more than one product would
+            result: dict[str, Any] = {"rotated": torch.tensor(rotated, dtype=torch.float64),
+                                      "pairing": llamacpp.PAIRING[params["mode"]],
+                                      "angle_ulps": [16.0 + 2 * (i + 1) for i in range(params["n_rot"] // 2)]}
+            unlike = [i for i in layers if bool(info["is_swa"].get(i, False)) != params["sliding"]]
+            kind = "sliding" if params["sliding"] else "global"
+            result["note"] = (f"llama.cpp reads layer {layers[0]} as {kind} (θ {params['freq_base']:g}, "
+                              f"scale {params['freq_scale']:g}, {params['n_rot']} rotated dims, rope type "
+                              f"{params['mode']}: {llamacpp.PAIRING[params['mode']]} pairs)"
+                              + (f"; layers {unlike} of this group it reads otherwise" if unlike else ""))
+            out.append(result)
+        return out
+
+
+def _is_gguf(source: str) -> bool:
+    try:
+        with open(source, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
 #: Engine names in the order ``--engines all`` runs them.
 ENGINE_NAMES = ("hf", "torchtune", "x-transformers", "rotary-embedding-torch", "mlx", "llama.cpp", "vllm")
 #: Each engine's own pairing (what its q/k weights are converted to).
@@ -426,6 +521,8 @@ def engine(name: str) -> Engine:
         return EXTRA[name]
     if name == "hf":
         return HFEngine()
+    if name == "llama.cpp":
+        return LlamaCppEngine()
     if name in ENGINE_NAMES:
         return SubprocessEngine(name, ENGINE_PAIRING[name])
     raise ValueError(f"--engines: unknown engine {name!r}; choose from {', '.join(ENGINE_NAMES + tuple(EXTRA))} "
@@ -463,7 +560,8 @@ def cases_of(report: dict[str, Any], config: dict[str, Any], positions: list[int
         out.append(Case(layer_type=e["layer_type"], scheme=e["scheme"], options=opts, head_dim=e["head_dim"],
                         positions=positions or default_positions(opts, e["original_max_len"]),
                         config=config, pairing=e["options"].get("pairing", "half"), siblings=siblings,
-                        layer_index=(e.get("layer_indices") or [0])[0]))
+                        layer_index=(e.get("layer_indices") or [0])[0], layers=list(e.get("layer_indices") or []),
+                        source=report.get("source")))
     return out
 
 
@@ -486,9 +584,12 @@ def compare(cases: list[Case], names: list[str], progress: Any = None) -> list[d
                 row |= {"status": "unsupported", "reason": result["unsupported"]}
             else:
                 row |= judge(case, result, result.get("pairing"))
-                if result.get("pairing") and result["pairing"] != case.pairing and row["status"] == "agrees":
+                if (result.get("pairing") and result["pairing"] != case.pairing and row["status"] == "agrees"
+                        and not result.get("note")):
                     row["reason"] = (f"compared in the engine's own {result['pairing']} pairing (it permutes "
                                      f"{case.pairing}-pairing q/k rows on load)")
+                if result.get("note"):
+                    row["reason"] = "; ".join(r for r in (result["note"], row["reason"]) if r)
             rows.append(row)
     return rows
 

@@ -8,7 +8,8 @@ package that needs a compiler is refused, not built). The outcome — packages a
 why it failed — is written to ``.engines/NAME/posenc-engine.json``; ``posenc engines`` lists them.
 
 Engines that cannot install from a binary wheel have their reason recorded here (``UNAVAILABLE``), measured on
-this project's machine (Linux x86-64, CPU only, Python 3.11).
+this project's machine (Linux x86-64, CPU only, Python 3.11). llama.cpp has no wheel either, but its source
+does build here: ``posenc engines install llama.cpp`` compiles it (``posenc.ropecheck.llamacpp.build``).
 """
 
 from __future__ import annotations
@@ -30,16 +31,12 @@ PACKAGES: dict[str, tuple[tuple[str, ...], str]] = {
     "x-transformers": (("x-transformers",), "x_transformers"),
     "rotary-embedding-torch": (("rotary-embedding-torch",), "rotary_embedding_torch"),
     "mlx": (("mlx[cpu]", "mlx-lm"), "mlx.core"),
-    "llama.cpp": (("llama-cpp-python",), "llama_cpp"),
+    "llama.cpp": (("llama-cpp-python (sdist: its llama.cpp tree, built with cmake + ninja)",), ""),
     "vllm": (("vllm",), "vllm"),
 }
 
 #: Engines with no binary wheel usable here, and why (checked with ``pip install --dry-run --only-binary=:all:``).
 UNAVAILABLE: dict[str, str] = {
-    "llama.cpp": ("needs a C++ build of llama.cpp (llama-cpp-python ships no binary wheel for Linux x86-64 on "
-                  "PyPI: `pip download --only-binary=:all: llama-cpp-python` finds none; a source build compiles "
-                  "llama.cpp, about 10-20 minutes on 2 cores); `posenc engines install llama.cpp` will build it "
-                  "(not written yet)"),
     "vllm": ("no CPU wheel: PyPI's vllm 0.34.0 wheel (239 MB, manylinux x86-64) is the CUDA build — its compiled "
              "ops (vllm._C) need CUDA and its pinned torch, and it requires transformers < 5.23 (posenc's is 5.25); "
              "the CPU backend is a source build (VLLM_TARGET_DEVICE=cpu), not done here"),
@@ -82,6 +79,8 @@ def install(name: str, *, say: Any = print) -> dict[str, Any]:
     if name in UNAVAILABLE:
         return {"engine": name, "status": "unavailable", "seconds": 0.0, "packages": list(packages),
                 "reason": UNAVAILABLE[name]}
+    if name == "llama.cpp":
+        return _install_llamacpp(packages, say)
     start = time.monotonic()
     where = root() / name
     where.mkdir(parents=True, exist_ok=True)
@@ -111,6 +110,31 @@ def install(name: str, *, say: Any = print) -> dict[str, Any]:
                                   capture_output=True, text=True, check=True)
         record |= {"status": "installed", "versions": json.loads(versions.stdout), "reason": None}
     except (OSError, subprocess.CalledProcessError, RuntimeError) as err:
+        record |= {"status": "failed", "reason": str(err)[:600]}
+    record["seconds"] = round(time.monotonic() - start, 1)
+    (where / "posenc-engine.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def _install_llamacpp(packages: tuple[str, ...], say: Any) -> dict[str, Any]:
+    """llama.cpp is no wheel: its tree from PyPI's llama-cpp-python sdist is compiled (``llamacpp.build``)."""
+    from posenc.ropecheck import llamacpp
+
+    start = time.monotonic()
+    where = root() / "llama.cpp"
+    where.mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {"engine": "llama.cpp", "packages": list(packages)}
+    try:
+        existing = os.environ.get("POSENC_LLAMACPP_BUILD")
+        if existing:  # a llama.cpp build the user already has (benchmarks/llamacpp/setup.sh makes one)
+            say(f"using the llama.cpp build in POSENC_LLAMACPP_BUILD={existing}")
+            llamacpp.binaries(Path(existing))
+            built = {"build": existing, "version": llamacpp.version(Path(existing))}
+        else:
+            built = llamacpp.build(where, say=say)
+        record |= {"status": "installed", "build": built["build"], "versions": {"llama.cpp": built["version"]},
+                   "reason": None if not existing else f"an existing build (POSENC_LLAMACPP_BUILD={existing})"}
+    except (OSError, RuntimeError, llamacpp.Unavailable, subprocess.SubprocessError) as err:
         record |= {"status": "failed", "reason": str(err)[:600]}
     record["seconds"] = round(time.monotonic() - start, 1)
     (where / "posenc-engine.json").write_text(json.dumps(record, indent=1) + "\n")

@@ -66,6 +66,14 @@ def rope_extras(args: argparse.Namespace, model: Any, report: dict[str, Any], po
 
             gguf = check_header(model.source).metadata
     report["lint"] = lint.lint(model.hf_config, gguf=gguf, hf_source=hf_source)
+    if getattr(args, "pairing_check", False):
+        from posenc.ropecheck.weights import pairing_check
+
+        say("loading the weights (dequantised) to read their pairing from a short text's loss")
+        check = pairing_check(model.source)
+        report["pairing_check"] = {k: v for k, v in check.items() if k != "finding"}
+        if check["finding"] is not None:
+            report["lint"].append(check["finding"])
     code = 0
     if getattr(args, "engines", None):
         names = engines.parse_engines(args.engines)
@@ -75,6 +83,11 @@ def rope_extras(args: argparse.Namespace, model: Any, report: dict[str, Any], po
     if not json_to_stdout(args):
         if not getattr(args, "lint", False) or getattr(args, "engines", None):
             print()
+        if "pairing_check" in report:
+            c = report["pairing_check"]
+            print(f"pairing from the weights ({c['tokens']} tokens, {c['layers']} rotary layers): loss "
+                  f"{c['loss_as_declared']:.3f} as declared, {c['loss_if_half_rows']:.3f} if the rows were half, "
+                  f"{c['loss_if_interleaved_rows']:.3f} if interleaved")
         print("\n".join(lint_lines(report["lint"])))
         if "engines" in report:
             print("\n" + "\n".join(engine_lines(report["engines"])))

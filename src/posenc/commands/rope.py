@@ -156,6 +156,10 @@ def register(sub: Any) -> None:
                         "rotary-embedding-torch, mlx, llama.cpp, vllm, or all (exit status 3 when one differs; "
                         "posenc engines install NAME installs one)")
     p.add_argument("--lint", action="store_true", help="print only the config's lint findings (and --engines)")
+    p.add_argument("--pairing-check", action="store_true",
+                   help="also load the weights (dequantised) and read which RoPE pairing the q/k rows are in from "
+                        "a short text's loss under each (lint finding pairing-from-weights when it is not the "
+                        "declared one)")
     p.add_argument("--hf-config", default=None, metavar="PATH",
                    help="with a .gguf: the HF config.json it was converted from (lints its rope keys against it)")
     add_json(p)

@@ -447,7 +447,8 @@ def write_report(rows: list[dict[str, Any]], out: Path) -> None:
     summary = summarise(rows)
     machines = [r for r in rows if r.get("kind") == "machine"]
     ends = [r for r in rows if r.get("kind") == "end"]
-    extra = [r for r in rows if r.get("kind") in ("bytes", "torch")]
+    # one row per kind and model (each invocation records them again): the last
+    extra = list({(r["kind"], r.get("model")): r for r in rows if r.get("kind") in ("bytes", "torch")}.values())
     result = {"machine": machines, "ended": ends, "extra": extra, "cells": summary,
               "verdicts": {k: {g: list(v) for g, v in verdicts(s).items()} for k, s in summary.items()}}
     (out / "results.json").write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
@@ -480,8 +481,15 @@ def write_report(rows: list[dict[str, Any]], out: Path) -> None:
         lines += [f"| {k} | {v:,.2f} |" for k, v in s["medians"].items() if v is not None]
         lines.append("")
     lines += _limits(rows, summary)
+    if extra:
+        lines += ["## Recorded alongside", ""]
     for x in extra:
-        lines.append(f"- {x['kind']}: " + ", ".join(f"{k} {v}" for k, v in x.items() if k != "kind"))
+        if x["kind"] == "torch":
+            lines.append(f"- `python -c 'import torch'` alone: peak RSS {x['import_peak_rss_mib']:.0f} MiB")
+        else:
+            lines.append(f"- {x['model']}: bytes read per decoded token besides the cache — llama.cpp "
+                         f"{x['llama.cpp']:,}, posenc {x['posenc']:,}; cached values per token "
+                         f"{x['kv_values_per_token']:,}")
     (out / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     _plot(summary, out / "ratios.png")
 

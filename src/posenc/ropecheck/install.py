@@ -131,7 +131,7 @@ def _install_llamacpp(packages: tuple[str, ...], say: Any) -> dict[str, Any]:
             llamacpp.binaries(Path(existing))
             built = {"build": existing, "version": llamacpp.version(Path(existing))}
         else:
-            built = llamacpp.build(where, say=say)
+            built = llamacpp.build(where.resolve(), say=say)  # an absolute build path: the record is read from any folder
         record |= {"status": "installed", "build": built["build"], "versions": {"llama.cpp": built["version"]},
                    "reason": None if not existing else f"an existing build (POSENC_LLAMACPP_BUILD={existing})"}
     except (OSError, RuntimeError, llamacpp.Unavailable, subprocess.SubprocessError) as err:

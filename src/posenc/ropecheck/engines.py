@@ -434,10 +434,17 @@ class LlamaCppEngine(Engine):
     def available(self) -> str | None:
         from posenc.ropecheck import llamacpp
 
+        import os
+        from pathlib import Path
+
         from posenc.ropecheck import install
 
-        build = llamacpp.build_dir()
         record = install.record_of("llama.cpp")
+        build = None  # POSENC_LLAMACPP_BUILD, else the folder `posenc engines install llama.cpp` built
+        if os.environ.get("POSENC_LLAMACPP_BUILD"):
+            build = Path(os.environ["POSENC_LLAMACPP_BUILD"])
+        elif record and record.get("status") == "installed" and record.get("build"):
+            build = Path(record["build"])
         if build is None and record is not None and record.get("status") == "failed":
             return f"installing failed: {record.get('reason')}"
         if build is None:

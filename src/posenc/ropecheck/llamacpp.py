@@ -47,19 +47,6 @@ class Unavailable(Exception):
     """llama.cpp cannot answer here (the message says why and what to run)."""
 
 
-def build_dir() -> Path | None:
-    """The llama.cpp build folder to use: ``POSENC_LLAMACPP_BUILD``, else the engine install's, else None."""
-    from posenc.ropecheck import install
-
-    env = os.environ.get("POSENC_LLAMACPP_BUILD")
-    if env:
-        return Path(env)
-    record = install.record_of("llama.cpp")
-    if record and record.get("status") == "installed" and record.get("build"):
-        return Path(record["build"])
-    return None
-
-
 def binaries(build: Path) -> tuple[Path, Path]:
     """(llama-completion, posenc-ggml-rope) of a build folder; the probe is compiled on first use."""
     completion = build / "bin" / "llama-completion"

@@ -136,6 +136,7 @@ DEFINITION_PHRASES = (
     ("docs/reliability.md", r"\b(?:30|120) s deadline|deadline is now 120 s", "the model-file build deadline (a limit)"),
     ("docs/lab.md", r"> 10×|> 5×|< 2×", "the pass rules of lab claims (thresholds the experiment checks)"),
     ("docs/performance.md", r"goal: 1\.5× forward, 2× fwd\+bwd", "an issue's speed goal (a target, not a result)"),
+    ("docs/performance.md", r"logits 256 MiB at a", "perplexity's logits chunk (LOGIT_BYTES, a design constant)"),
     ("docs/extend.md", r"\"2\.5× fewer steps\"", "a quoted claim of the paper the experiment tests"),
     ("docs/translation.md", r"more than 1\.8× off|about 3× the typical", "the data filter's ratio and the x3 split's definition"),
 )

@@ -47,7 +47,7 @@ FLAGS = {
     "perplexity": ["--cache", "--device", "--dtype", "--json", "--max-tokens", "--pairing", "--per-token", "--quiet", "--stride", "--threads",
                    "--weights", "--window"],
     "rope": ["--base", "--calc", "--engines", "--head-dim", "--hf-config", "--json", "--lint", "--no-hf",
-             "--original-max-len", "--positions", "--target-len"],
+             "--original-max-len", "--pairing-check", "--positions", "--target-len"],
     "engines": ["--json"],
     "schemes": ["--dim", "--heads", "--json"],
     "train": ["--batch-size", "--checkpoint-dir", "--checkpoint-every", "--dim", "--dropout", "--eval-every",

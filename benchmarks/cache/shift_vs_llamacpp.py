@@ -33,7 +33,9 @@ TEXTS = [Path("/usr/share/common-licenses") / n for n in ("GPL-3", "GPL-2", "LGP
 
 
 def build_probe(build: Path, out: Path) -> Path:
-    root = _source_root(build)
+    from posenc.ropecheck.llamacpp import source_root
+
+    root = source_root(build)
     libs = [build / "src" / "libllama.a", *(build / "ggml" / "src" / n for n in ("libggml.a", "libggml-cpu.a",
                                                                                   "libggml-base.a"))]
     exe = out / "llama_shift"
@@ -41,13 +43,6 @@ def build_probe(build: Path, out: Path) -> Path:
                     f"-I{root / 'ggml' / 'include'}", *map(str, libs), "-fopenmp", "-lpthread", "-ldl", "-lm", "-o",
                     str(exe)], check=True)
     return exe
-
-
-def _source_root(build: Path) -> Path:
-    import re
-
-    text = (build / "CMakeCache.txt").read_text(errors="replace")
-    return Path(re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.+)$", text, re.M)[1].strip())
 
 
 def shift_points(n: int, ctx: int, keep: int) -> list[int]:

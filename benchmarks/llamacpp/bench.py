@@ -54,18 +54,17 @@ MODELS = ("smollm2", "gemma3")
 
 
 # -- the machine ----------------------------------------------------------------------------------------------------
-def busy_jiffies() -> tuple[int, int]:
-    """(busy, total) jiffies of all CPUs since boot (/proc/stat's first line)."""
+def busy_jiffies() -> int:
+    """Busy jiffies of all CPUs since boot (/proc/stat's first line: all but idle and iowait)."""
     f = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = f[3] + f[4]
-    return sum(f) - idle, sum(f)
+    return sum(f) - f[3] - f[4]
 
 
 def others_busy(seconds: float = 0.5) -> float:
     """Cores' worth of work on the machine over ``seconds`` (this script sleeps meanwhile)."""
-    b0, _ = busy_jiffies()
+    b0 = busy_jiffies()
     time.sleep(seconds)
-    b1, _ = busy_jiffies()
+    b1 = busy_jiffies()
     return (b1 - b0) / os.sysconf("SC_CLK_TCK") / seconds
 
 
@@ -115,7 +114,7 @@ def texts(work: Path, path: Path) -> dict[str, Path]:
         out[f"prompt{n}"] = f
     f = work / "licenses.txt"
     f.write_text(text, encoding="utf-8")
-    out["text"], out["text_tokens"] = f, len(ids)  # type: ignore[assignment]
+    out["text"] = f
     return out
 
 
@@ -123,11 +122,11 @@ def texts(work: Path, path: Path) -> dict[str, Path]:
 def timed(cmd: list[str], *, busy: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run ``cmd`` under /usr/bin/time -v; its wall time, peak RSS, CPU time, output, and the others' load."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    b0, _ = busy_jiffies()
+    b0 = busy_jiffies()
     t0 = time.perf_counter()
     proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
-    b1, _ = busy_jiffies()
+    b1 = busy_jiffies()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     others = max(0.0, ((b1 - b0) / os.sysconf("SC_CLK_TCK") - cpu) / wall)
@@ -339,8 +338,6 @@ GOALS = {"decode": 1.3, "prefill": 2.0, "score": 2.0, "memory": 1.5, "load": 2.0
 def bytes_per_token(path: Path) -> dict[str, float]:
     """Bytes each program reads per decoded token besides the cache: llama.cpp the file's tensors (the token
     table once, as the tied head; an untied table not at all), posenc its buffers (the kernel's layout)."""
-    import torch
-
     from posenc.formats.gguf import open_mapped
     from posenc.pretrained import load_pretrained
 
@@ -357,7 +354,6 @@ def bytes_per_token(path: Path) -> dict[str, float]:
         own += b.numel() * b.element_size()
     cfg = model.config
     kv = 2 * cfg.num_layers * cfg.kv_heads * cfg.attention_head_dim  # values per cached token
-    del torch
     return {"llama.cpp": llama, "posenc": own, "kv_values_per_token": kv}
 
 

@@ -47,13 +47,17 @@ def pin_mmap_threshold(threshold: int | None = None) -> bool:
         raise ValueError(f"the mmap threshold must be >= 0 bytes (0: leave glibc's), got {threshold}")
     if threshold == 0:
         return False
+    libc = _glibc("mallopt")  # mallopt's parameter numbers are glibc's
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold)))
+
+
+def _glibc(function: str):
+    """The C library, if it is glibc and has ``function``; else None (macOS, musl, no libc found)."""
     name = ctypes.util.find_library("c")
     if name is None:
-        return False
+        return None
     libc = ctypes.CDLL(name)
-    if not hasattr(libc, "mallopt") or not hasattr(libc, "gnu_get_libc_version"):
-        return False  # mallopt's parameter numbers are glibc's
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, int(threshold)))
+    return libc if hasattr(libc, function) and hasattr(libc, "gnu_get_libc_version") else None
 
 
 def trim_heap() -> bool:
@@ -61,15 +65,10 @@ def trim_heap() -> bool:
 
     For after a one-off burst of small allocations that are freed together — building a GGUF file's tokenizer
     makes ≈ 500,000 Python tuples of merges (Gemma 3) that the BPE model copies and drops: without a trim their
-    freed pages stay in the process (43 MiB of Gemma 3's, measured: ``benchmarks/llamacpp/README.md``).
+    freed pages stay in the process (``benchmarks/llamacpp/memory-profile.md`` shows where a load's memory goes).
     """
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    libc = ctypes.CDLL(name)
-    if not hasattr(libc, "malloc_trim") or not hasattr(libc, "gnu_get_libc_version"):
-        return False
-    return bool(libc.malloc_trim(0))
+    libc = _glibc("malloc_trim")
+    return libc is not None and bool(libc.malloc_trim(0))
 
 
 __all__ = ["pin_mmap_threshold", "trim_heap"]

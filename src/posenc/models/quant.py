@@ -179,6 +179,14 @@ class GroupQuant:
         """The same matrix with its rows reordered (q/k rows between RoPE pairings): exact."""
         return GroupQuant(self.values[index], self.scale[index], self.minimum[index], self.bits, self.group)
 
+    def kernel_layout(self) -> tuple[Tensor, Tensor]:
+        """(weight, scales) in posenc's kernel layout: ``kernels.pack`` of the values, and ``kernels.pack_scales16``
+        of the scales for groups of 16 (symmetric) or ``kernels.pack_scales`` of scale and minimum for groups of 32.
+        """
+        scales = (kernels.pack_scales16(self.scale) if self.group == GROUP16
+                  else kernels.pack_scales(self.scale, self.minimum))
+        return kernels.pack(self.values, self.bits), scales
+
 
 def quantise_groups(w: Tensor, *, bits: int = 4, group: int = GROUP) -> GroupQuant:
     """Round a float matrix to ``bits``-bit integers per ``group`` inputs, asymmetric (min / max of each group).
@@ -356,27 +364,17 @@ class QuantLinear(nn.Module):
                 raise ValueError(f"a group of {GROUP16} runs only on posenc's kernel, for symmetric 5–8-bit values "
                                  f"(minimum = −2^(bits−1) · scale); got bits={gq.bits}; kernel status: "
                                  f"{kernels.status()}")
-            weight = kernels.pack(gq.values, gq.bits)
-            return cls(in_features=k, out_features=n, packed=(weight, kernels.pack_scales16(gq.scale), gq.bits),
-                       bias=bias, exact=exact, stored=stored)
+            return cls(in_features=k, out_features=n, packed=(*gq.kernel_layout(), gq.bits), bias=bias,
+                       exact=exact, stored=stored)
         if kernel == "posenc" and (gq.group != GROUP or kernels.load() is None):
             raise ValueError(f"posenc's kernel cannot hold this matrix here: group {gq.group} (it takes {GROUP}, "
                              f"or {GROUP16} symmetric); kernel status: {kernels.status()}")
         if gq.group != GROUP:
             raise ValueError(f"PyTorch's int4 kernel here takes groups of {GROUP}, got {gq.group}")
         if kernel != "int4" and kernels.load() is not None:
-            return cls.from_packed(kernels.pack(gq.values, gq.bits), gq.scale, gq.minimum, gq.bits, bias=bias,
-                                   exact=exact, stored=stored)
+            return cls(in_features=k, out_features=n, packed=(*gq.kernel_layout(), gq.bits), bias=bias,
+                       exact=exact, stored=stored)
         return cls(in_features=k, out_features=n, planes=int4_planes(gq), bias=bias, exact=exact, stored=stored)
-
-    @classmethod
-    def from_packed(cls, weight: Tensor, scale: Tensor, minimum: Tensor, bits: int, *, bias: Tensor | None = None,
-                    exact: Callable[[], GroupQuant] | None = None, stored: str = "") -> QuantLinear:
-        """Posenc's kernel on ``weight`` already in its layout (``kernels.pack``; GGUF Q4_0 / Q4_1 bytes as read)."""
-        k = weight.shape[1] * (2 if bits <= 4 else 1)
-        packed = (weight.contiguous(), kernels.pack_scales(scale, minimum), bits)
-        return cls(in_features=k, out_features=weight.shape[0], packed=packed, bias=bias, exact=exact,
-                   stored=stored or f"int{bits}/{GROUP}")
 
     @classmethod
     def from_int8_rows(cls, w: Tensor, *, bias: Tensor | None = None) -> QuantLinear:

@@ -75,7 +75,7 @@ PACK_CHUNK_BYTES = 8 << 20
 def _kernel_layout(raw: Tensor, kind: str, order: Tensor | None = None, tensor: Any = None
                    ) -> tuple[Tensor, Tensor, int]:
     """Stored blocks (rows in ``order``) → (weight, scales, bits) in posenc's kernel layout
-    (``kernels.pack`` and ``kernels.pack_scales`` / ``pack_scales16``), decoded :data:`PACK_CHUNK_BYTES` of
+    (``GroupQuant.kernel_layout``), decoded :data:`PACK_CHUNK_BYTES` of
     blocks at a time into the final buffer: loading Gemma 3's 262,144 × 640 Q8_0 token table as its tied head
     peaked at ≈ 840 MB of temporaries when decoded whole. ``tensor``: the file's tensor whose map ``raw`` views;
     each chunk's pages are unmapped once copied (``formats.gguf.release_pages``), so that the map and the copy
@@ -93,8 +93,7 @@ def _kernel_layout(raw: Tensor, kind: str, order: Tensor | None = None, tensor: 
             bits, s = 4, kernels.pack_scales(scale, minimum)
         else:
             gq = _groups(rows, kind)
-            bits, w = gq.bits, kernels.pack(gq.values, gq.bits)
-            s = kernels.pack_scales16(gq.scale) if gq.group != 32 else kernels.pack_scales(gq.scale, gq.minimum)
+            bits, (w, s) = gq.bits, gq.kernel_layout()
         if weight is None:
             weight = torch.empty(n, w.shape[1], dtype=w.dtype)
         weight[start : start + len(w)] = w

@@ -432,20 +432,18 @@ class LlamaCppEngine(Engine):
         self._bins: tuple[Any, Any] | None = None
 
     def available(self) -> str | None:
-        from posenc.ropecheck import llamacpp
-
         import os
         from pathlib import Path
 
-        from posenc.ropecheck import install
+        from posenc.ropecheck import install, llamacpp
 
-        record = install.record_of("llama.cpp")
+        record = install.record_of("llama.cpp") or {}
         build = None  # POSENC_LLAMACPP_BUILD, else the folder `posenc engines install llama.cpp` built
         if os.environ.get("POSENC_LLAMACPP_BUILD"):
             build = Path(os.environ["POSENC_LLAMACPP_BUILD"])
-        elif record and record.get("status") == "installed" and record.get("build"):
+        elif record.get("status") == "installed" and record.get("build"):
             build = Path(record["build"])
-        if build is None and record is not None and record.get("status") == "failed":
+        if build is None and record.get("status") == "failed":
             return f"installing failed: {record.get('reason')}"
         if build is None:
             return ("not installed: `posenc engines install llama.cpp` (builds it from PyPI's llama-cpp-python "

@@ -62,7 +62,7 @@ def binaries(build: Path) -> tuple[Path, Path]:
 
 def compile_probe(build: Path, out: Path) -> None:
     """Compile ``ggml_rope.c`` against the build's static ggml libraries (or its shared ones)."""
-    src_root = _source_root(build)
+    src_root = source_root(build)
     libs = [build / "ggml" / "src" / n for n in ("libggml.a", "libggml-cpu.a", "libggml-base.a")]
     if not all(p.is_file() for p in libs):
         shared = sorted((build / "bin").glob("libggml*.so")) + sorted((build / "ggml" / "src").glob("libggml*.so"))
@@ -78,7 +78,7 @@ def compile_probe(build: Path, out: Path) -> None:
                           + " | ".join(done.stderr.strip().splitlines()[-3:]))
 
 
-def _source_root(build: Path) -> Path:
+def source_root(build: Path) -> Path:
     """The llama.cpp source tree a CMake build folder was configured from (its CMakeCache.txt says)."""
     cache = build / "CMakeCache.txt"
     if cache.is_file():

@@ -8,6 +8,7 @@ process's own page accounting (``/proc/self/smaps``) for what stays mapped.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -109,11 +110,19 @@ def test_a_loaded_gguf_keeps_almost_none_of_its_file_mapped(tmp_path):
     if kernels.load() is None:
         pytest.skip(f"posenc's kernel is not built: {kernels.status()}")
     path = smollm2_path()
+    # a cold page cache (as after an install): the kernel then reads the file into large folios, and a small
+    # read (a norm's weights) maps megabytes around it — what a fresh CI machine saw, and a warm run hides
+    if hasattr(os, "posix_fadvise"):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
     out = subprocess.run([sys.executable, "-c", MAPPED, str(path)], capture_output=True, text=True, check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     size_kib = path.stat().st_size / 1024
     assert res["rows_equal"]
-    # the header (metadata: the tokenizer's arrays) stays; the tensors' bytes, ~90 % of the file, do not
-    assert res["after_load_kib"] < 0.15 * size_kib, res  # was the whole file before
+    # the header is read, not mapped; of the tensors' bytes at most a few folios stay (none, on Linux)
+    assert res["after_load_kib"] < 0.05 * size_kib, res  # was the whole file before
     # each token's row maps its page and the kernel's fault-around neighbours (64 KiB by default)
     assert res["after_lookup_kib"] - res["after_load_kib"] <= 72 * res["tokens"], res

@@ -614,6 +614,24 @@ def release_pages(t, start: int = 0, stop: int | None = None) -> None:
             handle.madvise(mmap.MADV_DONTNEED, first, last - first)
 
 
+def release_map(mapped: "MappedGGUF") -> None:
+    """Unmap every page of a GGUF's memory map from this process (``madvise(MADV_DONTNEED)`` over the whole file).
+
+    At the end of a load, once each tensor is copied or put into the kernel's layout: a read of a few bytes
+    (a norm's weights) maps the whole page-cache folio around them, and with a cold cache the kernel reads a
+    file into large folios (megabytes each), so the small reads of a load can leave tens of megabytes mapped
+    that :func:`release_pages` on each copied tensor does not cover. Later reads (token lookups, tensors used
+    where they lie) map their pages back from the page cache. A no-op where :func:`release_pages` is one.
+    """
+    import mmap
+
+    handle = next((getattr(t.data, "_mmap", None) for t in mapped.tensors), None)
+    if handle is None or not hasattr(handle, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    with contextlib.suppress(OSError, ValueError):
+        handle.madvise(mmap.MADV_DONTNEED, 0, len(handle))
+
+
 def fp16_field(raw: Tensor, at: int) -> Tensor:
     """(R, G, bytes) blocks → (R, G) float32 from the float16 stored at byte ``at`` of each block."""
     return raw[..., at : at + 2].contiguous().view(torch.float16)[..., 0].float()

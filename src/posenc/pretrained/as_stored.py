@@ -164,7 +164,8 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
         {"model", "config", "hf_config", "tokenizer" (posenc Tokenizer), "stored" (posenc name → how held)}.
     """
     from posenc.formats.gguf import (BLOCK_BYTES, GROUP16_TYPES, GROUP_TYPES, config_of, index_tensors, load_tensor,
-                                     open_mapped, raw_blocks, release_pages, stored_pairing, type_name)
+                                     open_mapped, raw_blocks, release_map, release_pages, stored_pairing,
+                                     type_name)
     from posenc.families import family_named
     from posenc.models.decoder import build_decoder
     from posenc import kernels
@@ -232,6 +233,7 @@ def load_gguf_as_stored(path: Path, *, dtype: torch.dtype, pairing: str, mapped:
     for n, t in rest:
         stored[family.posenc_name(n)] = f"{type_name(t)} → {str(dtype).removeprefix('torch.')}"
     load_llama_weights(model, tensors, source=str(path), dtype=dtype, device="cpu", source_pairing=source_pairing)
+    release_map(mapped)  # what the small reads mapped around them (whole folios, with a cold page cache)
     return {"model": model.eval(), "config": cfg, "hf_config": hf,
             "tokenizer": gguf_tokenizer(meta, path) if tokenizer is None else tokenizer, "stored": stored}
 

@@ -46,7 +46,7 @@ FLAGS = {
     "models": ["--json"],
     "perplexity": ["--cache", "--device", "--dtype", "--json", "--max-tokens", "--pairing", "--per-token", "--quiet", "--stride", "--threads",
                    "--weights", "--window"],
-    "rope": ["--base", "--calc", "--engines", "--head-dim", "--hf-config", "--json", "--lint", "--no-hf",
+    "rope": ["--base", "--calc", "--engines", "--head-dim", "--hf-config", "--json", "--lint", "--logits-tokens", "--no-hf",
              "--original-max-len", "--pairing-check", "--positions", "--target-len"],
     "engines": ["--json"],
     "schemes": ["--dim", "--heads", "--json"],

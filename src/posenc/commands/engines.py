@@ -25,11 +25,14 @@ def engine_lines(rows: list[dict[str, Any]]) -> list[str]:
     out = ["engines (vs posenc's float64 reference; float32 rounding allowed):"]
     for r in rows:
         head = f"  {r['engine']:<23} [{r['layer_type']}] {r['scheme']}: {r['status']}"
-        if r["status"] in ("agrees", "differs"):
+        if r["status"] in ("agrees", "differs") and "logits" in r:
+            head += f" (max |Δ loss| of a token {r['max_abs_err']:.3g} nats)"
+        elif r["status"] in ("agrees", "differs"):
             head += f" (max abs err {r['max_abs_err']:.3g})"
         if r["status"] == "differs" and r.get("first_diverging"):
             d = r["first_diverging"]
-            head += f"; first diverging: pair {d['pair']} at position {d['position']}"
+            head += (f"; first diverging: pair {d['pair']} at position {d['position']}" if d.get("pair") is not None
+                     else f"; first diverging at position {d['position']}")
             head += f"; bug class: {r['bug_class']}" if r.get("bug_class") else ""
         if r.get("reason"):
             head += f" — {r['reason']}"
@@ -78,7 +81,11 @@ def rope_extras(args: argparse.Namespace, model: Any, report: dict[str, Any], po
     if getattr(args, "engines", None):
         names = engines.parse_engines(args.engines)
         cases = engines.cases_of(report, model.hf_config, positions)
-        report["engines"] = engines.compare(cases, names, progress=say)
+        from posenc.ropecheck.llamacpp_logits import DEFAULT_TOKENS
+
+        tokens = getattr(args, "logits_tokens", None)
+        tokens = DEFAULT_TOKENS if tokens is None else tokens
+        report["engines"] = engines.compare(cases, names, progress=say, logits_tokens=tokens)
         code = engines.exit_status(report["engines"])
     if not json_to_stdout(args):
         if not getattr(args, "lint", False) or getattr(args, "engines", None):

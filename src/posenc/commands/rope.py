@@ -131,6 +131,19 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
+def _logits_tokens(text: str) -> int:
+    """--logits-tokens: 0 (no logits check) or at least 16 (half of the prompt is scored)."""
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if n != 0 and n < 16:
+        raise argparse.ArgumentTypeError(f"{n}: give 0 (no logits check) or at least 16 tokens")
+    return n
+
+
 def register(sub: Any) -> None:
     p = sub.add_parser("rope", help="a model's RoPE per layer type: frequencies, precision, HF check; or a calculator",
                        **command_help(__doc__, description=(
@@ -155,6 +168,10 @@ def register(sub: Any) -> None:
                    help="compare each engine's own RoPE with posenc's float64 one: hf, torchtune, x-transformers, "
                         "rotary-embedding-torch, mlx, llama.cpp, vllm, or all (exit status 3 when one differs; "
                         "posenc engines install NAME installs one)")
+    p.add_argument("--logits-tokens", type=_logits_tokens, default=None, metavar="N",
+                   help="with --engines llama.cpp on a .gguf: llama.cpp's next-token distributions on the first N "
+                        "tokens of the licence texts against posenc's under each reading of the file's positions "
+                        "(default 512; 0 skips; past the original context for a scaling that switches there)")
     p.add_argument("--lint", action="store_true", help="print only the config's lint findings (and --engines)")
     p.add_argument("--pairing-check", action="store_true",
                    help="also load the weights (dequantised) and read which RoPE pairing the q/k rows are in from "

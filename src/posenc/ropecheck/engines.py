@@ -310,6 +310,10 @@ class Engine:
     def compute(self, case: Case) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def model_rows(self, cases: list[Case], *, logits_tokens: int, progress: Any = None) -> list[dict[str, Any]]:
+        """Rows about the whole model rather than one layer group (llama.cpp's logits); none by default."""
+        return []
+
     def run(self, cases: list[Case]) -> list[dict[str, Any]]:
         """One result per case: the computed numbers, or {"unsupported": why}."""
         out = []
@@ -423,13 +427,16 @@ class SubprocessEngine(Engine):
 
 class LlamaCppEngine(Engine):
     """llama.cpp on a GGUF file: its loader's reading of the file and ggml's RoPE kernel on the probe
-    (``posenc.ropecheck.llamacpp``); a case read from a config.json or HF folder is unsupported."""
+    (``posenc.ropecheck.llamacpp``), and its next-token distributions against posenc's under each reading of
+    the file's positions (``posenc.ropecheck.llamacpp_logits``: the check that follows YaRN too); a case read
+    from a config.json or HF folder is unsupported."""
 
     name = "llama.cpp"
 
     def __init__(self) -> None:
         self._version: str | None = None
         self._bins: tuple[Any, Any] | None = None
+        self._build: Any = None
 
     def available(self) -> str | None:
         import os
@@ -451,6 +458,7 @@ class LlamaCppEngine(Engine):
         try:
             self._bins = llamacpp.binaries(build)
             self._version = llamacpp.version(build)
+            self._build = build
         except (llamacpp.Unavailable, OSError, subprocess.SubprocessError) as err:
             return str(err)
         return None
@@ -476,8 +484,8 @@ class LlamaCppEngine(Engine):
                 scaling = str(info.get("rope scaling", "none"))
                 if scaling not in ("none", "linear"):
                     out.append({"unsupported": f"rope scaling {scaling}: llama.cpp computes its attention factor "
-                                               "inside its context without printing it (llama-context.cpp); "
-                                               "compared: none and linear"})
+                                               "inside its context without printing it (llama-context.cpp), so "
+                                               "its RoPE is compared through its logits (the logits row)"})
                     continue
                 layers = case.layers or [case.layer_index]
                 params = llamacpp.layer_parameters(info, layers[0])
@@ -502,6 +510,28 @@ class LlamaCppEngine(Engine):
                               + (f"; layers {unlike} of this group it reads otherwise" if unlike else ""))
             out.append(result)
         return out
+
+
+    def model_rows(self, cases: list[Case], *, logits_tokens: int, progress: Any = None) -> list[dict[str, Any]]:
+        """The logits row: llama-perplexity's next-token distributions on the file against posenc's under
+        each reading of its positions (``posenc.ropecheck.llamacpp_logits``); none when ``logits_tokens`` is 0
+        or the model is not a GGUF file."""
+        from posenc.ropecheck import llamacpp, llamacpp_logits
+
+        source = next((c.source for c in cases if c.source), None)
+        if not logits_tokens or source is None or not _is_gguf(source):
+            return []
+        row: dict[str, Any] = {"engine": self.name, "version": self._version, "layer_type": "logits",
+                               "scheme": "whole model", "status": None, "max_abs_err": None,
+                               "first_diverging": None, "bug_class": None, "reason": None}
+        try:
+            program = llamacpp.perplexity_binary(self._build)
+            return [row | llamacpp_logits.check(program, source, tokens=logits_tokens,
+                                                threads=torch.get_num_threads(), say=progress)]
+        except llamacpp_logits.Unavailable as err:
+            return [row | {"status": "unavailable", "reason": str(err)}]
+        except llamacpp.Unavailable as err:
+            return [row | {"status": "unavailable", "reason": str(err)}]
 
 
 def _is_gguf(source: str) -> bool:
@@ -570,8 +600,10 @@ def cases_of(report: dict[str, Any], config: dict[str, Any], positions: list[int
     return out
 
 
-def compare(cases: list[Case], names: list[str], progress: Any = None) -> list[dict[str, Any]]:
-    """Per engine and case: the JSON rows of ``posenc rope --engines``."""
+def compare(cases: list[Case], names: list[str], progress: Any = None, *, logits_tokens: int = 0
+            ) -> list[dict[str, Any]]:
+    """Per engine and case: the JSON rows of ``posenc rope --engines``; then the engine's rows about the whole
+    model (llama.cpp's logits on ``logits_tokens`` tokens; 0: none)."""
     rows = []
     for name in names:
         eng = engine(name)
@@ -596,6 +628,8 @@ def compare(cases: list[Case], names: list[str], progress: Any = None) -> list[d
                 if result.get("note"):
                     row["reason"] = "; ".join(r for r in (result["note"], row["reason"]) if r)
             rows.append(row)
+        if why is None:
+            rows += eng.model_rows(cases, logits_tokens=logits_tokens, progress=progress)
     return rows
 
 

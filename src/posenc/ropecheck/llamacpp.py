@@ -25,6 +25,7 @@ cores), or found through ``POSENC_LLAMACPP_BUILD`` (an existing llama.cpp CMake 
 from __future__ import annotations
 
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -58,6 +59,16 @@ def binaries(build: Path) -> tuple[Path, Path]:
     if not probe.is_file() or probe.stat().st_mtime < source.stat().st_mtime:
         compile_probe(build, probe)
     return completion, probe
+
+
+def perplexity_binary(build: Path) -> Path:
+    """llama.cpp's ``llama-perplexity`` of a build folder (the logits check runs it)."""
+    program = Path(build) / "bin" / "llama-perplexity"
+    if not program.is_file():
+        raise Unavailable(f"{program}: no such program (an install before the logits check built only "
+                          "llama-completion); run `posenc engines install llama.cpp` again, or build llama.cpp's "
+                          "llama-perplexity target in that folder")
+    return program
 
 
 def compile_probe(build: Path, out: Path) -> None:
@@ -147,7 +158,13 @@ def rotate(probe_bin: Path, params: dict[str, Any], x: list[float], positions: l
 
 
 def build(where: Path, *, say: Any = print) -> dict[str, Any]:
-    """Build llama.cpp's ``llama-completion`` and posenc's ggml RoPE probe into ``where`` from the sdist.
+    """Build llama.cpp's ``llama-completion`` and ``llama-perplexity`` and posenc's ggml RoPE probe into
+    ``where`` from the sdist.
+
+    On x86-64, llama.cpp's AMX kernels are compiled out (``-mno-amx-*``): a CPU that reports AMX to the
+    compiler may still refuse its tile instructions to a process that did not ask the kernel for them
+    (SIGILL in ``tinygemm_kernel_amx``, benchmarks/llamacpp/README.md); without them llama.cpp runs its AVX
+    kernels, which compute the same model.
 
     Returns {"build": the CMake build folder, "version"}. Raises RuntimeError with the failing step's output.
     """
@@ -168,12 +185,14 @@ def build(where: Path, *, say: Any = print) -> dict[str, Any]:
             tar.extractall(where, filter="data")
     src = tree / "vendor" / "llama.cpp"
     out = src / "build"
-    say(f"cmake + ninja llama-completion in {out} (about five minutes on two cores)")
+    say(f"cmake + ninja llama-completion and llama-perplexity in {out} (about five minutes on two cores)")
     start = time.monotonic()
+    no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" if platform.machine() in ("x86_64", "AMD64") else ""
     _run(["cmake", "-S", str(src), "-B", str(out), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON",
           "-DBUILD_SHARED_LIBS=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF",
-          "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_TOOLS=ON"])
-    _run(["ninja", "-C", str(out), "llama-completion"])
+          "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+          f"-DCMAKE_C_FLAGS={no_amx}", f"-DCMAKE_CXX_FLAGS={no_amx}"])
+    _run(["ninja", "-C", str(out), "llama-completion", "llama-perplexity"])
     binaries(out)
     say(f"built in {time.monotonic() - start:.0f} s")
     return {"build": str(out), "version": version(out)}

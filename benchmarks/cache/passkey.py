@@ -31,8 +31,18 @@ from pathlib import Path
 PLACEMENTS = {"evicted": (0.0, 0.55), "held": (0.94, 1.0)}
 
 
-def policies(cache: int) -> list[str]:
-    return ["full", f"window:{cache}", f"sink:4,window:{cache - 4}", f"shift:4,ctx:{cache}"]
+def policies(cache: int, shift_ctx: int | None = None) -> list[str]:
+    """The four policies compared: ``shift_ctx`` (default ``cache``) for the shift, which Gemma 3 needs larger
+    (halving what follows KEEP must not cut into its sliding layers' 512-token window: ctx ≥ 1,355)."""
+    return ["full", f"window:{cache}", f"sink:4,window:{cache - 4}", f"shift:4,ctx:{shift_ctx or cache}"]
+
+
+def done_trials(path: Path, model: str, length: int) -> set[tuple[str, str, int]]:
+    """(policy, placement, trial) already recorded in ``path`` for this model and length: a rerun skips them."""
+    if not path.is_file():
+        return set()
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {(r["policy"], r["placement"], r["trial"]) for r in rows if r["model"] == model and r["length"] == length}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -50,9 +60,12 @@ def run(args: argparse.Namespace) -> None:
         for _ in range(args.trials):
             trials.append((placement, Trial(key=str(rng.randint(10000, 99999)), depth=rng.uniform(lo, hi),
                                             length=args.length)))
+    done = done_trials(Path(args.out), args.model, args.length)
     out = open(args.out, "a")
-    for policy in policies(args.cache):
+    for policy in policies(args.cache, args.shift_ctx):
         for i, (placement, trial) in enumerate(trials):
+            if (policy, placement, i) in done:
+                continue
             prompt = build_prompt(tok, trial)
             start = time.perf_counter()
             cache = model.new_cache(policy)
@@ -67,7 +80,8 @@ def run(args: argparse.Namespace) -> None:
                     answer.append(token)
                     h = model.hidden(torch.tensor([[token]]), cache=cache)[:, -1]
             text = tok.decode(answer)
-            row = {"model": args.model, "cache": args.cache, "length": args.length, "policy": policy,
+            row = {"model": args.model, "cache": args.cache, "shift_ctx": args.shift_ctx or args.cache,
+                   "length": args.length, "policy": policy,
                    "trial": i, "placement": placement, "key": trial.key, "depth": round(trial.depth, 4),
                    "prompt_tokens": len(prompt.ids), "needle_start": prompt.needle_start,
                    "needle_end": prompt.needle_end, "held_at_question": held, "needle_held": needle_held,
@@ -89,7 +103,9 @@ def report(paths: list[str]) -> None:
     for (model, cache, length), rs in groups.items():
         first = rs[0]["policy"]
         n = max(sum(r["policy"] == first and r["placement"] == p for r in rs) for p in PLACEMENTS)
-        print(f"Passkey retrieval through a {cache}-token cache, {model} (weights dequantised to float32, 1 thread):")
+        shift = rs[0].get("shift_ctx", cache)
+        print(f"Passkey retrieval through a {cache}-token cache" + (f" ({shift} for the shift)" if shift != cache else "")
+              + f", {model} (weights dequantised to float32, 1 thread):")
         print(f"streams of {length:,} tokens (posenc.extend.passkey prompts), {n} trials per placement, the same "
               "prompts for every policy;")
         print("evicted: needle at depth 0-0.55 of the filler (more than the cache before the question); "
@@ -135,12 +151,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--cache", type=int, default=512, help="tokens every moving policy holds (default 512)")
+    ap.add_argument("--shift-ctx", type=int, default=None,
+                    help="the shift policy's context (default --cache; Gemma 3 needs 1,355 or more)")
     ap.add_argument("--length", type=int, default=2048, help="prompt length in tokens (default 2048)")
     ap.add_argument("--trials", type=int, default=10, help="trials per placement (default 10)")
     ap.add_argument("--seed", type=int, default=67)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="/tmp/posenc-cache/passkey.jsonl")
     ap.add_argument("--report", nargs="+", metavar="JSONL", help="summarise these records instead of running")
+    # a rerun with the same --out skips the trials already recorded there (an interrupted run resumes)
     args = ap.parse_args()
     if args.report:
         report(args.report)

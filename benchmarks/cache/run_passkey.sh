@@ -11,4 +11,6 @@ uptime
   --cache 512 --trials 10 --threads 1 --out "$OUT/passkey-2048.jsonl"
 uptime
 cp "$OUT/passkey-2048.jsonl" benchmarks/cache/passkey-2048.jsonl
-.venv/bin/python benchmarks/cache/passkey.py --report benchmarks/cache/passkey-2048.jsonl > benchmarks/cache/passkey.txt
+# passkey.txt holds every model's record (Gemma 3's: run_passkey_gemma3.sh)
+.venv/bin/python benchmarks/cache/passkey.py --report benchmarks/cache/passkey-2048.jsonl \
+  $(ls benchmarks/cache/passkey-gemma3-4096.jsonl 2>/dev/null) > benchmarks/cache/passkey.txt

@@ -1,68 +1,108 @@
-"""Summarise benchmarks/cache/run.sh's per-token losses: loss by position per cache policy (text + figure).
+"""Summarise the cache benchmarks' per-token losses: loss by position per cache policy (text + figure).
 
-python benchmarks/cache/report.py [OUT]  (OUT: run.sh's folder, default /tmp/posenc-cache) writes
-benchmarks/cache/smollm2.txt and docs/img/cache-smollm2.png, and the same for gemma3 where run_gemma3.sh ran.
+    python benchmarks/cache/report.py [OUT]   (OUT: the runs' folder, default /tmp/posenc-cache)
+
+Two sets of runs:
+
+* ``run.sh`` / ``run_gemma3.sh`` (4,096 tokens, OUT/POLICY.jsonl and OUT/gemma3-POLICY.jsonl) →
+  benchmarks/cache/smollm2.txt, gemma3.txt and docs/img/cache-smollm2.png, cache-gemma3.png;
+* ``run_long.sh`` (streams of at least 16 times the cache, OUT/long/MODEL-POLICY.jsonl) →
+  benchmarks/cache/long/MODEL.json.gz (every scored token's loss per policy, rounded to 1e-4 nats, and each
+  run's summary: the recorded result), long/MODEL.txt and docs/img/cache-long-MODEL.png, rebuilt from the
+  .json.gz alone when the per-token files are gone.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/posenc-cache")
-MODELS = {
-    "smollm2": ("", "SmolLM2-135M-Instruct Q4_1 GGUF", 256,
-                ["full", "window:256", "sink:1,window:255", "sink:4,window:252", "sink:16,window:240",
-                 "shift:4,ctx:256"]),
-    "gemma3": ("gemma3-", "Gemma 3 270M Q4_K_M GGUF (15 sliding layers, window 512, keep it; 3 global layers)", 768,
-               ["full", "window:768", "sink:4,window:764", "shift:4,ctx:1360"]),
+TEXT = "seven /usr/share/common-licenses texts"
+SMOLLM2 = "SmolLM2-135M-Instruct Q4_1 GGUF"
+GEMMA3 = "Gemma 3 270M Q4_K_M GGUF (15 sliding layers, window 512, keep it; 3 global layers)"
+GEMMA3_CACHE = ("(shift:4,ctx:1360: about 680 to 1,360; a smaller ctx is refused,\n"
+                "its shift could cut into the sliding layers' 512-token window)")
+#: name → (folder, file prefix, title, cache, policies, tokens per forward, bin, what full is, note on the cache)
+RUNS = {
+    "smollm2": ("", "", SMOLLM2, 256, ["full", "window:256", "sink:1,window:255", "sink:4,window:252",
+                                        "sink:16,window:240", "shift:4,ctx:256"], 16, 256,
+                "one 4,096-token window (every token sees all before it; the reference)", ""),
+    "gemma3": ("", "gemma3-", GEMMA3, 768, ["full", "window:768", "sink:4,window:764", "shift:4,ctx:1360"], 16, 256,
+               "one 4,096-token window (every token sees all before it; the reference)", GEMMA3_CACHE),
+    "long/smollm2": ("long", "smollm2-", SMOLLM2, 1024, ["full", "window:1024", "sink:1,window:1023",
+                                                         "sink:4,window:1020", "sink:16,window:1008",
+                                                         "shift:4,ctx:1024"], 32, 1024,
+                     "windows of 8,192 tokens (the trained context) scored whole, a fresh one every 8,192 tokens "
+                     "(the reference within the trained context)", ""),
+    "long/gemma3": ("long", "gemma3-", GEMMA3, 768, ["full", "window:768", "sink:4,window:764", "shift:4,ctx:1360"],
+                    32, 1024, "windows of 8,192 tokens scored whole, a fresh one every 8,192 tokens (the reference "
+                    "within a context Gemma 3 was trained on)", GEMMA3_CACHE),
 }
-BIN = 256
 
 
-def path(prefix: str, policy: str) -> Path:
-    return OUT / f"{prefix}{policy.replace(':', '-').replace(',', '_')}.jsonl"
+def path(folder: str, prefix: str, policy: str) -> Path:
+    return OUT / folder / f"{prefix}{policy.replace(':', '-').replace(',', '_')}.jsonl"
 
 
-def losses(prefix: str, policy: str) -> list[float]:
-    return [json.loads(line)["loss"] for line in path(prefix, policy).read_text().splitlines()]
+def losses(p: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in p.read_text().splitlines()]
+
+
+def record(name: str) -> Path:
+    """The committed record of a long run: benchmarks/cache/long/MODEL.json.gz."""
+    return ROOT / "benchmarks" / "cache" / f"{name}.json.gz"
 
 
 def main() -> None:
-    for model, (prefix, title, cache, policies) in MODELS.items():
-        if path(prefix, "full").exists():
-            report(model, prefix, title, cache, policies)
+    for name, (folder, prefix, title, cache, policies, step, bin_, full, note) in RUNS.items():
+        rows = {p: losses(path(folder, prefix, p)) for p in policies if path(folder, prefix, p).exists()}
+        if name.startswith("long/"):
+            if len(rows) == len(policies):  # a finished run: its losses and summaries become the record
+                summaries = {p: json.loads(path(folder, prefix, p).with_suffix(".json").read_text()) for p in rows}
+                record(name).parent.mkdir(parents=True, exist_ok=True)
+                with gzip.open(record(name), "wt") as f:
+                    json.dump({"losses": {p: [round(x, 4) for x in v] for p, v in rows.items()},
+                               "runs": summaries}, f)
+            elif record(name).exists():  # the per-token files are gone (or partial): the record
+                with gzip.open(record(name), "rt") as f:
+                    rows = json.load(f)["losses"]
+        if "full" in rows:
+            report(name, rows, title, cache, step, bin_, full, note)
 
 
-def report(model: str, prefix: str, title: str, cache: int, policies: list[str]) -> None:
-    rows = {p: losses(prefix, p) for p in policies if path(prefix, p).exists()}
+def mean(v: list[float]) -> float:
+    return sum(v) / len(v)
+
+
+def report(name: str, rows: dict[str, list[float]], title: str, cache: int, step: int, bin_: int, full: str,
+           note: str) -> None:
     n = min(len(v) for v in rows.values())
-    bins = [(lo, min(lo + BIN, n + 1)) for lo in range(1, n + 1, BIN)]
-    lines = ["Loss by position (nats/token, mean over bins of 256 tokens) over one stream of "
-             f"{n + 1:,} tokens (seven /usr/share/common-licenses texts),",
+    bins = [(lo, min(lo + bin_, n + 1)) for lo in range(1, n + 1, bin_)]
+    lines = [f"Loss by position (nats/token, mean over bins of {bin_:,} tokens) over one stream of "
+             f"{n + 1:,} tokens ({TEXT}),",
              f"{title}, weights dequantised to float32 (--weights dequantised), 1 thread;",
-             f"every policy but full holds {cache} tokens"
-             + (" (shift:4,ctx:1360: about 680 to 1,360; a smaller ctx is refused,\n"
-                "its shift could cut into the sliding layers' 512-token window)" if cache == 768 else "")
-             + ", fed 16 tokens per forward.",
-             "full: one 4,096-token window (every token sees all before it; the reference).", ""]
+             f"every policy but full holds {cache:,} tokens" + (f" {note}" if note else "")
+             + f", fed {step} tokens per forward; the stream is {(n + 1) / cache:.0f}x the cache.",
+             f"full: {full}.", ""]
     for p, v in rows.items():
         after = v[cache:n]
-        lines.append(f"{p:<20} mean {sum(v[:n]) / n:.4f}   tokens 1-{cache - 1} {sum(v[:cache - 1]) / (cache - 1):.4f}   "
-                     f"tokens {cache}-{n} (past the cache) {sum(after) / len(after):.4f}   "
-                     f"perplexity {2.718281828459045 ** (sum(v[:n]) / n):.2f}")
+        lines.append(f"{p:<20} mean {mean(v[:n]):.4f}   tokens 1-{cache - 1} {mean(v[:cache - 1]):.4f}   "
+                     f"tokens {cache}-{n} (past the cache) {mean(after):.4f}   perplexity {math.exp(mean(v[:n])):.2f}")
     lines += ["", "by position (bin start; one column per policy, same order as above):"]
     lines.append("      " + "".join(f"{p[:18]:>19}" for p in rows))
     for lo, hi in bins:
-        lines.append(f"  {lo:>5}" + "".join(f"{sum(v[lo - 1:hi - 1]) / (hi - lo):>19.4f}" for v in rows.values()))
+        lines.append(f"  {lo:>5}" + "".join(f"{mean(v[lo - 1:hi - 1]):>19.4f}" for v in rows.values()))
     lines += ["", f"where the first tokens leave the cache (bins of 32 tokens from {cache - 64 + 1}):"]
     lines.append("      " + "".join(f"{p[:18]:>19}" for p in rows))
     for lo in range(cache - 64 + 1, cache + 192 + 1, 32):
-        lines.append(f"  {lo:>5}" + "".join(f"{sum(v[lo - 1:lo + 31]) / 32:>19.4f}" for v in rows.values()))
+        lines.append(f"  {lo:>5}" + "".join(f"{mean(v[lo - 1:lo + 31]):>19.4f}" for v in rows.values()))
     text = "\n".join(lines) + "\n"
-    (ROOT / f"benchmarks/cache/{model}.txt").write_text(text)
+    (ROOT / f"benchmarks/cache/{name}.txt").write_text(text)
     print(text)
     try:
         import matplotlib
@@ -72,15 +112,15 @@ def report(model: str, prefix: str, title: str, cache: int, policies: list[str])
         return
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for p, v in rows.items():
-        ax.plot([lo for lo, _ in bins], [sum(v[lo - 1:hi - 1]) / (hi - lo) for lo, hi in bins], marker="o", ms=3,
-                label=p)
+        ax.plot([lo for lo, _ in bins], [mean(v[lo - 1:hi - 1]) for lo, hi in bins], marker="o", ms=3, label=p)
     ax.axvline(cache, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("position in the stream (bin start, 256 tokens per bin)")
+    ax.set_xlabel(f"position in the stream (bin start, {bin_:,} tokens per bin)")
     ax.set_ylabel("loss (nats/token)")
-    ax.set_title(f"{title.split(' (')[0]}, {cache}-token cache: loss by position per cache policy", fontsize=9)
+    ax.set_title(f"{title.split(' (')[0]}, {cache:,}-token cache, {n + 1:,}-token stream: loss by position per "
+                 "cache policy", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(ROOT / f"docs/img/cache-{model}.png", dpi=110)
+    fig.savefig(ROOT / f"docs/img/cache-{name.replace('/', '-')}.png", dpi=110)
 
 
 if __name__ == "__main__":

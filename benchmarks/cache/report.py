@@ -93,6 +93,11 @@ def report(name: str, rows: dict[str, list[float]], title: str, cache: int, step
         after = v[cache:n]
         lines.append(f"{p:<20} mean {mean(v[:n]):.4f}   tokens 1-{cache - 1} {mean(v[:cache - 1]):.4f}   "
                      f"tokens {cache}-{n} (past the cache) {mean(after):.4f}   perplexity {math.exp(mean(v[:n])):.2f}")
+    if name.startswith("long/"):  # drift: each policy's loss over the quarters of the stream past the cache
+        q = [cache + (n - cache) * k // 4 for k in range(5)]
+        lines += ["", "past the cache, by quarter of the stream (tokens):",
+                  f"{'':<20}" + "".join(f"{f'{q[k]}-{q[k + 1] - 1}':>15}" for k in range(4))]
+        lines += [f"{p:<20}" + "".join(f"{mean(v[q[k]:q[k + 1]]):>15.4f}" for k in range(4)) for p, v in rows.items()]
     lines += ["", "by position (bin start; one column per policy, same order as above):"]
     lines.append("      " + "".join(f"{p[:18]:>19}" for p in rows))
     for lo, hi in bins:

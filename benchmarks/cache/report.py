@@ -65,10 +65,11 @@ def main() -> None:
             if len(rows) == len(policies):  # a finished run: its losses and summaries become the record
                 summaries = {p: json.loads(path(folder, prefix, p).with_suffix(".json").read_text()) for p in rows}
                 record(name).parent.mkdir(parents=True, exist_ok=True)
-                with gzip.open(record(name), "wt") as f:
-                    json.dump({"losses": {p: [round(x, 4) for x in v] for p, v in rows.items()},
-                               "runs": summaries}, f)
-            elif record(name).exists():  # the per-token files are gone (or partial): the record
+                data = json.dumps({"losses": {p: [round(x, 4) for x in v] for p, v in rows.items()},
+                                   "runs": summaries}).encode()
+                with gzip.GzipFile(record(name), "wb", mtime=0) as f:  # the same bytes for the same losses
+                    f.write(data)
+            if record(name).exists():  # the report is always the record's, whether just written or not
                 with gzip.open(record(name), "rt") as f:
                     rows = json.load(f)["losses"]
         if "full" in rows:

@@ -116,7 +116,6 @@ def test_the_wrong_readings_of_a_gemma3_like_plan():
     assert llamacpp_logits.with_plan(model, rs[0].plan) is model
     for i in range(1, len(outs)):
         assert not torch.allclose(outs[0], outs[i]), rs[i].bug  # each reading is another model
-    assert torch.equal(outs[0], model(ids))
 
 
 def test_yarn_readings_include_the_collapsed_attention_factor():

@@ -42,7 +42,13 @@ RUNS = {
     "long/gemma3": ("long", "gemma3-", GEMMA3, 768, ["full", "window:768", "sink:4,window:764", "shift:4,ctx:1360"],
                     32, 1024, "windows of 8,192 tokens scored whole, a fresh one every 8,192 tokens (the reference "
                     "within a context Gemma 3 was trained on)", GEMMA3_CACHE),
+    "long/smollm2-bible": ("long", "smollm2-bible-", SMOLLM2, 1024, ["full", "window:1024", "sink:4,window:1020",
+                                                                     "shift:4,ctx:1024"], 32, 4096,
+                           "windows of 8,192 tokens (the trained context) scored whole, a fresh one every 8,192 "
+                           "tokens (the reference within the trained context)", ""),
 }
+#: the text each run read, where it is not the licences
+TEXTS = {"long/smollm2-bible": "the World English Bible, Genesis to Numbers, from Debian's SWORD module"}
 
 
 def path(folder: str, prefix: str, policy: str) -> Path:
@@ -85,7 +91,7 @@ def report(name: str, rows: dict[str, list[float]], title: str, cache: int, step
     n = min(len(v) for v in rows.values())
     bins = [(lo, min(lo + bin_, n + 1)) for lo in range(1, n + 1, bin_)]
     lines = [f"Loss by position (nats/token, mean over bins of {bin_:,} tokens) over one stream of "
-             f"{n + 1:,} tokens ({TEXT}),",
+             f"{n + 1:,} tokens ({TEXTS.get(name, TEXT)}),",
              f"{title}, weights dequantised to float32 (--weights dequantised), 1 thread;",
              f"every policy but full holds {cache:,} tokens" + (f" {note}" if note else "")
              + f", fed {step} tokens per forward; the stream is {(n + 1) / cache:.0f}x the cache.",

@@ -171,7 +171,8 @@ def register(sub: Any) -> None:
     p.add_argument("--logits-tokens", type=_logits_tokens, default=None, metavar="N",
                    help="with --engines llama.cpp on a .gguf: llama.cpp's next-token distributions on the first N "
                         "tokens of the licence texts against posenc's under each reading of the file's positions "
-                        "(default 512; 0 skips; past the original context for a scaling that switches there)")
+                        "(default 512; 0 skips; past the original context for a scaling that switches there; a few "
+                        "hundred tokens or more: the verdict is a mean over the second half)")
     p.add_argument("--lint", action="store_true", help="print only the config's lint findings (and --engines)")
     p.add_argument("--pairing-check", action="store_true",
                    help="also load the weights (dequantised) and read which RoPE pairing the q/k rows are in from "

@@ -590,6 +590,17 @@ def raw_blocks(t) -> Tensor:
         return torch.from_numpy(data.view(np.uint8))
 
 
+def _unmap(handle: Any, first: int, last: int) -> None:
+    """``madvise(MADV_DONTNEED)`` bytes ``first … last`` of a memory map; a no-op where that is missing (Windows)
+    or refused."""
+    import mmap
+
+    if handle is None or not hasattr(handle, "madvise") or not hasattr(mmap, "MADV_DONTNEED") or last <= first:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        handle.madvise(mmap.MADV_DONTNEED, first, last - first)
+
+
 def release_pages(t, start: int = 0, stop: int | None = None) -> None:
     """Unmap a memory-mapped tensor's pages (bytes ``start … stop`` of it, default all) from this process
     (``madvise(MADV_DONTNEED)``).
@@ -601,17 +612,13 @@ def release_pages(t, start: int = 0, stop: int | None = None) -> None:
     """
     import mmap
 
-    data = getattr(t, "data", None)
-    handle = getattr(data, "_mmap", None)  # numpy memmap views carry their map
-    if handle is None or not hasattr(handle, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+    handle = getattr(getattr(t, "data", None), "_mmap", None)  # numpy memmap views carry their map
+    if handle is None:
         return
     page = mmap.PAGESIZE  # the map is the whole file (np.memmap at offset 0): file offsets are map offsets
     stop = t.n_bytes if stop is None else min(stop, t.n_bytes)
     first = (t.data_offset + start) // page * page
-    last = min(len(handle), -(-(t.data_offset + stop) // page) * page)
-    if last > first:
-        with contextlib.suppress(OSError, ValueError):
-            handle.madvise(mmap.MADV_DONTNEED, first, last - first)
+    _unmap(handle, first, min(len(handle), -(-(t.data_offset + stop) // page) * page))
 
 
 def release_map(mapped: "MappedGGUF") -> None:
@@ -623,13 +630,9 @@ def release_map(mapped: "MappedGGUF") -> None:
     that :func:`release_pages` on each copied tensor does not cover. Later reads (token lookups, tensors used
     where they lie) map their pages back from the page cache. A no-op where :func:`release_pages` is one.
     """
-    import mmap
-
     handle = next((getattr(t.data, "_mmap", None) for t in mapped.tensors), None)
-    if handle is None or not hasattr(handle, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
-        return
-    with contextlib.suppress(OSError, ValueError):
-        handle.madvise(mmap.MADV_DONTNEED, 0, len(handle))
+    if handle is not None:
+        _unmap(handle, 0, len(handle))
 
 
 def fp16_field(raw: Tensor, at: int) -> Tensor:

@@ -528,9 +528,7 @@ class LlamaCppEngine(Engine):
             program = llamacpp.perplexity_binary(self._build)
             return [row | llamacpp_logits.check(program, source, tokens=logits_tokens,
                                                 threads=torch.get_num_threads(), say=progress)]
-        except llamacpp_logits.Unavailable as err:
-            return [row | {"status": "unavailable", "reason": str(err)}]
-        except llamacpp.Unavailable as err:
+        except llamacpp.Unavailable as err:  # no llama-perplexity, no text, or it failed (the message says)
             return [row | {"status": "unavailable", "reason": str(err)}]
 
 

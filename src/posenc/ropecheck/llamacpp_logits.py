@@ -40,6 +40,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from posenc.ropecheck.llamacpp import Unavailable  # the check cannot run here (the message says why)
+
 #: Tokens of the prompt (llama-perplexity's context); the second half is scored.
 DEFAULT_TOKENS = 512
 #: Mean KL(llama.cpp ‖ posenc) in nats at or below which the two programs agree. Measured: the as-stored
@@ -48,10 +50,6 @@ DEFAULT_TOKENS = 512
 KL_AGREES = 0.02
 #: |Δ loss| of one token (nats) past which a position counts as diverging (``first_diverging``).
 TOKEN_DIVERGES = 0.25
-
-
-class Unavailable(Exception):
-    """The check cannot run here (the message says why and what to do)."""
 
 
 # -- llama.cpp's side ----------------------------------------------------------------------------------------------

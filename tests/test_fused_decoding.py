@@ -26,8 +26,9 @@ pytestmark = pytest.mark.skipif(module is None, reason=f"posenc's kernel is not 
 
 def quantised_llama(gen: torch.Generator, *, bits: int, pairing: str, bias: bool, **overrides):
     """A random posenc Llama (random norms too) whose every projection is on posenc's kernel at ``bits``."""
-    config = DecoderConfig(vocab_size=96, dim=64, num_layers=2, num_heads=4, num_kv_heads=2, ffn_dim=96,
-                         qkv_bias=bias, position_options={"pairing": pairing, "base": 500.0}, **overrides)
+    config = DecoderConfig(**{"vocab_size": 96, "dim": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2,
+                              "ffn_dim": 96, "qkv_bias": bias, "position_options": {"pairing": pairing, "base": 500.0},
+                              **overrides})
     model = build_decoder(config).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -185,3 +186,78 @@ def test_the_kernel_refuses_wrong_cache_slots(gen: torch.Generator) -> None:
             module.decode_block(*args, start, index, 0.25, 2)
         with pytest.raises(RuntimeError, match="two or four norms"):
             module.decode_block(args[0], plan["norms"][:1], plan["eps"][:1], *args[3:], start, index, 0.25, 0)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma-window-5"])
+def test_a_whole_token_is_one_call_whatever_the_threads(kind: str, gen: torch.Generator, monkeypatch) -> None:
+    """Every block fused: a decoding step is one ``decode_blocks`` call for the whole token, and its hidden
+    states, keys and values are bit for bit the same at 1, 2 and 3 threads (each output is computed by one thread
+    in one order; 3 threads on this machine's 2 cores splits unevenly) and the same as one call per block."""
+    extra = {} if kind == "llama" else GEMMA | {"sliding_window": 5}
+    model = quantised_llama(gen, bits=4, pairing="interleaved", bias=False, num_layers=3, **extra)
+    cache = prefilled(model, gen, int(torch.randint(3, 40, (1,), generator=gen)))
+    tokens = torch.randint(0, 96, (6,), generator=gen).tolist()
+    calls = []
+    real = module.decode_blocks
+    monkeypatch.setattr(fused.kernels, "loaded", lambda: _Counting(module, real, calls))
+    threads = torch.get_num_threads()
+    runs = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            c = copy.deepcopy(cache)
+            calls.clear()
+            hidden = torch.cat([one_step(model, c, t, on=True, monkeypatch=monkeypatch) for t in tokens], dim=1)
+            assert calls == [3] * len(tokens)  # one call per token, three blocks in it
+            runs.append((hidden, c))
+    finally:
+        torch.set_num_threads(threads)
+    for hidden, c in runs[1:]:
+        assert torch.equal(hidden, runs[0][0])
+        for a, b in zip(c, runs[0][1]):
+            assert torch.equal(a.k, b.k) and torch.equal(a.v, b.v) and torch.equal(a.positions, b.positions)
+    # one call per block (a block the whole-token path cannot take makes the others go one by one): the same bits
+    c = copy.deepcopy(cache)
+    with torch.no_grad():
+        per_block = []
+        for t in tokens:
+            x = model.embed(torch.tensor([[t]]))
+            if model.embed_scale is not None:
+                x = x * torch.tensor(model.embed_scale, dtype=x.dtype)
+            positions = torch.tensor([c[0].length])
+            for layer, lc in zip(model.layers, c):
+                x = fused.block_step(layer, x, positions, lc)
+            per_block.append(model.norm(x))
+    assert torch.equal(torch.cat(per_block, dim=1), runs[0][0])
+
+
+class _Counting:
+    """posenc's kernel module, with decode_blocks counting the blocks of each call."""
+
+    def __init__(self, module, real, calls: list) -> None:
+        self._module, self._real, self._calls = module, real, calls
+
+    def __getattr__(self, name: str):
+        return getattr(self._module, name)
+
+    def decode_blocks(self, x, blocks, *rest):
+        self._calls.append(len(blocks))
+        return self._real(x, blocks, *rest)
+
+
+def test_the_whole_token_path_refuses_without_touching_a_cache(gen: torch.Generator, monkeypatch) -> None:
+    """One block the fused step does not take (here: attention sinks in one layer): the whole-token path gives
+    None before reserving anything, and the blocks go one by one."""
+    monkeypatch.setenv("POSENC_FUSED", "1")
+    model = quantised_llama(gen, bits=4, pairing="half", bias=False)
+    cache = prefilled(model, gen, 8)
+    x, pos = torch.randn(1, 1, 64, generator=gen), torch.tensor([8])
+    model.layers[1].train()  # a block in training mode is left to its modules
+    with torch.no_grad():
+        assert fused.steps(list(model.layers), x, pos, cache) is None
+        assert [c.length for c in cache] == [8, 8]
+        model.layers[1].eval()
+        assert fused.steps(list(model.layers), x, pos, cache) is not None
+        assert [c.length for c in cache] == [9, 9]
+        with pytest.raises(RuntimeError, match="one cos, sin"):
+            module.decode_blocks(x, [model.layers[0]._fused_plan["block"]], [], [], [], [], [], [])

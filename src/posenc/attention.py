@@ -252,6 +252,11 @@ class KVCache:
         buffers, at = self._room
         self.k, self.v, self.positions = (b.narrow(dim, at, count) for b, dim in zip(buffers, (-2, -2, -1)))
 
+    def can_reserve(self, positions: Tensor) -> bool:
+        """Whether ``reserve(positions)`` gives a slot (it changes nothing where it does not)."""
+        return not (self.k is None or self.static or self.keep_raw or self.positions is None
+                    or self.positions.dim() != 1 or positions.dim() != 1 or torch.compiler.is_compiling())
+
     def reserve(self, positions: Tensor) -> tuple[Tensor, Tensor, int, int] | None:
         """A slot for one token whose key and value a fused decoding step writes itself (``posenc.models.fused``).
 
@@ -260,8 +265,7 @@ class KVCache:
         (nothing changed) where the cache does not grow in place: empty, static, per-sequence positions,
         or under ``torch.compile``. The caller must write the new key and value before anything reads them.
         """
-        if (self.k is None or self.static or self.keep_raw or self.positions is None or self.positions.dim() != 1
-                or positions.dim() != 1 or torch.compiler.is_compiling()):
+        if not self.can_reserve(positions):
             return None
         held = self.stored
         buffers, at = self._grow(1)

@@ -31,9 +31,11 @@ of other sources stay in ``TORCH_EXTENSIONS_DIR`` (a few MB each) until removed 
 Where it cannot be built — no compiler, or ``POSENC_KERNELS=0`` in the environment — posenc says why once and
 uses PyTorch's int4 kernel instead (:func:`status` tells which runs).
 
-The same file holds a decoding step's RMSNorm and RoPE rotation, and ``decode_block``: a whole decoder
-block's step for one token in one call (pre-norm or Gemma's sandwich), which :mod:`posenc.models.fused` runs in place of the block's
-modules where it computes what they compute (``POSENC_FUSED=0`` switches it off).
+The same file holds a decoding step's RMSNorm and RoPE rotation, and ``Block`` / ``decode_blocks``: decoder
+blocks' steps for one token (pre-norm or Gemma's sandwich) — a whole token's blocks in one call and one parallel
+region, each product's rows, the heads and the activations split between the threads — which
+:mod:`posenc.models.fused` runs in place of the blocks' modules where it computes what they compute
+(``POSENC_FUSED=0`` switches it off).
 """
 
 from __future__ import annotations

@@ -31,7 +31,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #if defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
@@ -139,19 +143,22 @@ inline __m256i group_dot(const uint8_t* w, const __m256i y) {
 #ifdef POSENC_AVX512
 // Two groups' Σ q · qx as 16 int32 partial sums. _mm512_dpbusd_epi32 multiplies unsigned by signed bytes and
 // adds each four products into an int32 lane (exact: no int16 step).
-//   8-bit weights: 64 bytes as stored, |q| the unsigned operand and the sign moved onto qx; lanes 0–7 are the
-//   first group's, 8–15 the second's (mask 0xFF00).
+//   8-bit weights: 64 bytes as stored (q − c, signed), made unsigned by flipping the top bit (q − c + 128),
+//   the products summed onto `lanes`: −128 × each lane's four inputs (Rows::lanes), so the sum is exactly
+//   Σ (q − c) · qx; lanes 0–7 are the first group's, 8–15 the second's (mask 0xFF00).
 //   4-bit weights: the 32 bytes of two groups as [low nibbles of both, high nibbles of both] — group 1's
 //   inputs 0–15, group 2's 0–15, group 1's 16–31, group 2's 16–31 — with qx reordered to match once per call
 //   (swap_halves); lanes 4–7 and 12–15 are the second group's (mask 0xF0F0).
+inline __m512i unsigned8(const uint8_t* w) {  // 64 signed bytes + 128, as unsigned bytes
+  return _mm512_xor_si512(_mm512_loadu_si512(w), _mm512_set1_epi8(static_cast<char>(0x80)));
+}
+
 template <bool Wide>
-inline __m512i group_dot2(const uint8_t* w, const __m512i y) {
+inline __m512i group_dot2(const uint8_t* w, const __m512i y, const __m512i lanes) {
   if constexpr (Wide) {
-    const __m512i q = _mm512_loadu_si512(w);
-    const __mmask64 negative = _mm512_movepi8_mask(q);
-    const __m512i ys = _mm512_mask_sub_epi8(y, negative, _mm512_setzero_si512(), y);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_abs_epi8(q), ys);
+    return _mm512_dpbusd_epi32(lanes, unsigned8(w), y);
   } else {
+    (void)lanes;
     const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w));
     const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
     return _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_and_si512(v, _mm512_set1_epi8(0x0F)), y);
@@ -203,7 +210,8 @@ inline float as_float(uint16_t h) {
 // the AVX-512 path's order (swap_halves for 4-bit weights, qx itself for 8-bit).
 template <bool Wide, typename S>
 void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, const int8_t* qx,
-          const int8_t* qx2, const float* dx, const float* sx, float* y, int64_t n0, int64_t n1) {
+          const int8_t* qx2, const int32_t* lanes, const float* dx, const float* sx, float* y, int64_t n0,
+          int64_t n1) {
   constexpr int64_t group_bytes = Wide ? GROUP : GROUP / 2;
   int64_t n = n0;
   // prefetch the same place AHEAD bytes (whole rows, at least one block) further on
@@ -241,12 +249,13 @@ void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, 
         int64_t g = g0;
         for (; g + 2 <= g1; g += 2) {
           const __m512i y2 = _mm512_loadu_si512(qx2 + g * GROUP);
+          const __m512i l2 = Wide ? _mm512_loadu_si512(lanes + g * GROUP / 4) : _mm512_setzero_si512();
           for (int r = 0; r < 4; ++r) {
             const uint8_t* wg = w + (n + r) * row_bytes + g * group_bytes;
             _mm_prefetch(reinterpret_cast<const char*>(wg) + ahead_bytes, _MM_HINT_T0);
             const __m512 scale = _mm512_mask_blend_ps(second, _mm512_set1_ps(sdx[r][g - g0]),
                                                       _mm512_set1_ps(sdx[r][g - g0 + 1]));
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_dot2<Wide>(wg, y2)), scale, acc[r]);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_dot2<Wide>(wg, y2, l2)), scale, acc[r]);
           }
         }
         if (g < g1) {  // an odd last group: 256 bits, qx in its natural order there
@@ -308,7 +317,8 @@ void rows(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, 
 // weight's scale. qx2, dx, sx, y point at input row m0 (strides K, G, G, N).
 template <bool Wide, typename S>
 void block4x4(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t G, int64_t K, const int8_t* qx2,
-              const float* dx, const float* sx, float* y, int64_t N, int64_t n, int64_t ahead_bytes) {
+              const int32_t* lanes, const float* dx, const float* sx, float* y, int64_t N, int64_t n,
+              int64_t ahead_bytes) {
   constexpr int64_t group_bytes = Wide ? GROUP : GROUP / 2;
   constexpr int64_t CHUNK = 64;
   alignas(64) float sw[4][CHUNK];
@@ -336,10 +346,11 @@ void block4x4(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t
     }
     int64_t g = g0;
     for (; g + 2 <= g1; g += 2) {
-      __m512i ym[4];
+      __m512i ym[4], lm[4];
       __m512 dm[4];
       for (int m = 0; m < 4; ++m) {
         ym[m] = _mm512_loadu_si512(qx2 + m * K + g * GROUP);
+        lm[m] = Wide ? _mm512_loadu_si512(lanes + m * (K / 4) + g * GROUP / 4) : _mm512_setzero_si512();
         dm[m] = _mm512_mask_blend_ps(second, _mm512_set1_ps(dx[m * G + g]), _mm512_set1_ps(dx[m * G + g + 1]));
       }
       for (int r = 0; r < 4; ++r) {
@@ -348,12 +359,9 @@ void block4x4(const uint8_t* w, int64_t row_bytes, const S* sm, float c, int64_t
         const __m512 sv =
             _mm512_mask_blend_ps(second, _mm512_set1_ps(sw[r][g - g0]), _mm512_set1_ps(sw[r][g - g0 + 1]));
         if constexpr (Wide) {
-          const __m512i q = _mm512_loadu_si512(wg);
-          const __mmask64 negative = _mm512_movepi8_mask(q);
-          const __m512i a = _mm512_abs_epi8(q);
+          const __m512i a = unsigned8(wg);
           for (int m = 0; m < 4; ++m) {
-            const __m512i ys = _mm512_mask_sub_epi8(ym[m], negative, _mm512_setzero_si512(), ym[m]);
-            const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), a, ys));
+            const __m512 d = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(lm[m], a, ym[m]));
             acc[m][r] = _mm512_fmadd_ps(_mm512_mul_ps(d, dm[m]), sv, acc[m][r]);
           }
         } else {
@@ -391,8 +399,8 @@ namespace {
 // scale d · sc, w = scale · (q − c), stored as q − c; no minimum):
 //   y[n] = Σ_j scale[n, j] · dx[j / 2] · Σ_{i < 16} (q − c)[n, 16j + i] · qx[16j + i]
 // (the activations keep their groups of 32: two weight groups share one dx). sc: (N, K / 16) float32.
-void rows16(const uint8_t* w, int64_t K, const float* sc, const int8_t* qx, const float* dx, float* y, int64_t n0,
-            int64_t n1) {
+void rows16(const uint8_t* w, int64_t K, const float* sc, const int8_t* qx, const int32_t* lanes, const float* dx,
+            float* y, int64_t n0, int64_t n1) {
   const int64_t G16 = K / 16;
   const int64_t ahead_rows = std::max<int64_t>(4, AHEAD / K), ahead_bytes = ahead_rows * K;
   (void)ahead_bytes;
@@ -405,7 +413,7 @@ void rows16(const uint8_t* w, int64_t K, const float* sc, const int8_t* qx, cons
       float tail[4] = {0.f, 0.f, 0.f, 0.f};
       int64_t k = 0;
       for (; k + 2 * GROUP <= K; k += 2 * GROUP) {
-        const __m512i y2 = _mm512_loadu_si512(qx + k);
+        const __m512i y2 = _mm512_loadu_si512(qx + k), l2 = _mm512_loadu_si512(lanes + k / 4);
         const __m512 d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dx[k / GROUP]), _mm512_set1_ps(dx[k / GROUP + 1]));
         for (int r = 0; r < 4; ++r) {
           const uint8_t* wk = w + (n + r) * K + k;
@@ -413,7 +421,7 @@ void rows16(const uint8_t* w, int64_t K, const float* sc, const int8_t* qx, cons
           if (k % 256 == 0)  // the scales of the next 256 inputs: one cache line
             _mm_prefetch(reinterpret_cast<const char*>(sc + (n + r + ahead_rows) * G16 + k / 16), _MM_HINT_T0);
           const __m512 s = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(_mm_loadu_ps(sc + (n + r) * G16 + k / 16)));
-          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_dot2<true>(wk, y2)), _mm512_mul_ps(s, d), acc[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(group_dot2<true>(wk, y2, l2)), _mm512_mul_ps(s, d), acc[r]);
         }
       }
       if (k < K) {  // an odd last group of 32: two weight groups
@@ -460,17 +468,24 @@ void rows16(const uint8_t* w, int64_t K, const float* sc, const int8_t* qx, cons
 struct Rows {
   int64_t M = 0, K = 0;
   std::vector<int8_t> qx, swapped;  // swapped: qx in the AVX-512 path's 4-bit order (empty when not used)
+  std::vector<int32_t> lanes;       // the AVX-512 path's 8-bit start: −128 × the sum of each 4 of qx (K / 4 per row)
   std::vector<float> dx, sx;
   Rows(const float* x, int64_t m, int64_t k) : M(m), K(k), qx(m * k), dx(m * (k / GROUP)), sx(m * (k / GROUP)) {
     const int64_t G = K / GROUP;
 #ifdef POSENC_AVX512
-    if (level >= 2) swapped.resize(M * K);
+    if (level >= 2) swapped.resize(M * K), lanes.resize(M * (K / 4));
 #endif
     at::parallel_for(0, M, 64, [&](int64_t m0, int64_t m1) {  // a prefill's thousands of rows: split too
       for (int64_t i = m0; i < m1; ++i) {
         quantise_row(x + i * K, K, &qx[i * K], &dx[i * G], &sx[i * G]);
 #ifdef POSENC_AVX512
-        if (!swapped.empty()) swap_halves(&qx[i * K], K, &swapped[i * K]);
+        if (!swapped.empty()) {
+          swap_halves(&qx[i * K], K, &swapped[i * K]);
+          for (int64_t j = 0; j < K / 4; ++j) {
+            const int8_t* q4 = &qx[i * K + 4 * j];
+            lanes[i * (K / 4) + j] = -128 * (q4[0] + q4[1] + q4[2] + q4[3]);
+          }
+        }
 #endif
       }
     });
@@ -517,8 +532,8 @@ Weight check_weight(const torch::Tensor& weight, const torch::Tensor& scales, in
           group16};
 }
 
-// y (M, N) = the rounded rows × the weight (+ bias), rows split over threads.
-void multiply(const Rows& x, const Weight& wt, float* y) {
+// Weight rows [n0, n1) of y (M, N) = the rounded rows × the weight (+ bias), on the calling thread.
+void multiply_rows(const Rows& x, const Weight& wt, float* y, int64_t n0, int64_t n1) {
   const bool wide = wt.bits > 4;
   const int64_t M = x.M, K = x.K, N = wt.N, G = K / GROUP;
   const int8_t* qx2 = (wide || x.swapped.empty()) ? x.qx.data() : x.swapped.data();
@@ -528,20 +543,16 @@ void multiply(const Rows& x, const Weight& wt, float* y) {
   // weight rows [na, nb) for input row m
   auto one = [&](int64_t m, int64_t na, int64_t nb) {
     const int8_t *q = &x.qx[m * K], *q2 = qx2 + m * K;
+    const int32_t* l = x.lanes.empty() ? nullptr : &x.lanes[m * (K / 4)];
     const float *d = &x.dx[m * G], *s = &x.sx[m * G];
     float* ym = y + m * N;
-    if (wt.group16) rows16(wt.w, K, full, q, d, ym, na, nb);
-    else if (wide && wt.half) rows<true>(wt.w, wt.row_bytes, half, c, G, q, q2, d, s, ym, na, nb);
-    else if (wide) rows<true>(wt.w, wt.row_bytes, full, c, G, q, q2, d, s, ym, na, nb);
-    else if (wt.half) rows<false>(wt.w, wt.row_bytes, half, c, G, q, q2, d, s, ym, na, nb);
-    else rows<false>(wt.w, wt.row_bytes, full, c, G, q, q2, d, s, ym, na, nb);
+    if (wt.group16) rows16(wt.w, K, full, q, l, d, ym, na, nb);
+    else if (wide && wt.half) rows<true>(wt.w, wt.row_bytes, half, c, G, q, q2, l, d, s, ym, na, nb);
+    else if (wide) rows<true>(wt.w, wt.row_bytes, full, c, G, q, q2, l, d, s, ym, na, nb);
+    else if (wt.half) rows<false>(wt.w, wt.row_bytes, half, c, G, q, q2, l, d, s, ym, na, nb);
+    else rows<false>(wt.w, wt.row_bytes, full, c, G, q, q2, l, d, s, ym, na, nb);
   };
-  // each task takes whole blocks of rows, so that a worker's weights stay in its cache across the M inputs, and
-  // at least TASK_BYTES of them for one input row: a decoding step's small matrices are microseconds of work,
-  // less than handing half of it to another thread costs
-  const int64_t scale_bytes = wt.group16 ? 4 * (K / 16) : 2 * G;
-  const int64_t grain = std::max<int64_t>(64, TASK_BYTES / std::max<int64_t>(1, M * (wt.row_bytes + scale_bytes)));
-  at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
+  {
     int64_t m = 0;
 #ifdef POSENC_AVX512
     if (level >= 2 && M >= 4 && !wt.group16) {  // blocks of four inputs × four weight rows; what is left row by row
@@ -549,13 +560,14 @@ void multiply(const Rows& x, const Weight& wt, float* y) {
       const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
       for (; m + 4 <= M; m += 4) {
         const int8_t* q2 = qx2 + m * K;
+        const int32_t* l = &x.lanes[m * (K / 4)];
         const float *d = &x.dx[m * G], *s = &x.sx[m * G];
         float* ym = y + m * N;
         for (int64_t n = n0; n < n4; n += 4) {
-          if (wide && wt.half) block4x4<true>(wt.w, wt.row_bytes, half, c, G, K, q2, d, s, ym, N, n, ahead);
-          else if (wide) block4x4<true>(wt.w, wt.row_bytes, full, c, G, K, q2, d, s, ym, N, n, ahead);
-          else if (wt.half) block4x4<false>(wt.w, wt.row_bytes, half, c, G, K, q2, d, s, ym, N, n, ahead);
-          else block4x4<false>(wt.w, wt.row_bytes, full, c, G, K, q2, d, s, ym, N, n, ahead);
+          if (wide && wt.half) block4x4<true>(wt.w, wt.row_bytes, half, c, G, K, q2, l, d, s, ym, N, n, ahead);
+          else if (wide) block4x4<true>(wt.w, wt.row_bytes, full, c, G, K, q2, l, d, s, ym, N, n, ahead);
+          else if (wt.half) block4x4<false>(wt.w, wt.row_bytes, half, c, G, K, q2, l, d, s, ym, N, n, ahead);
+          else block4x4<false>(wt.w, wt.row_bytes, full, c, G, K, q2, l, d, s, ym, N, n, ahead);
         }
         if (n4 < n1)
           for (int64_t i = 0; i < 4; ++i) one(m + i, n4, n1);
@@ -566,7 +578,18 @@ void multiply(const Rows& x, const Weight& wt, float* y) {
     if (wt.bias)
       for (int64_t i = 0; i < M; ++i)
         for (int64_t n = n0; n < n1; ++n) y[i * N + n] += wt.bias[n];
-  });
+  }
+}
+
+// y (M, N) = the rounded rows × the weight (+ bias), rows split over threads.
+void multiply(const Rows& x, const Weight& wt, float* y) {
+  // each task takes whole blocks of rows, so that a worker's weights stay in its cache across the M inputs, and
+  // at least TASK_BYTES of them for one input row: a decoding step's small matrices are microseconds of work,
+  // less than handing half of it to another thread costs (a fused decoding step splits every matrix instead:
+  // its threads stay in one parallel region, decode_block below)
+  const int64_t G = x.K / GROUP, scale_bytes = wt.group16 ? 4 * (x.K / 16) : 2 * G;
+  const int64_t grain = std::max<int64_t>(64, TASK_BYTES / std::max<int64_t>(1, x.M * (wt.row_bytes + scale_bytes)));
+  at::parallel_for(0, wt.N, grain, [&](int64_t n0, int64_t n1) { multiply_rows(x, wt, y, n0, n1); });
 }
 
 }  // namespace
@@ -829,14 +852,13 @@ struct Mat {
   const float* bias = nullptr;
   int64_t N = 0, K = 0;
 
-  void run(const float* x, const Rows& rows, float* y) const {
-    if (!f) return multiply(rows, q, y);
-    at::parallel_for(0, N, std::max<int64_t>(16, TASK_BYTES / (4 * K)), [&](int64_t n0, int64_t n1) {
-      for (int64_t n = n0; n < n1; ++n) {
-        const float d = dot(f + n * K, x, K);
-        y[n] = bias ? d + bias[n] : d;
-      }
-    });
+  // outputs [n0, n1) of y = x · Wᵀ (+ bias), on the calling thread
+  void run_rows(const float* x, const Rows& rows, float* y, int64_t n0, int64_t n1) const {
+    if (!f) return multiply_rows(rows, q, y, n0, n1);
+    for (int64_t n = n0; n < n1; ++n) {
+      const float d = dot(f + n * K, x, K);
+      y[n] = bias ? d + bias[n] : d;
+    }
   }
 };
 
@@ -863,7 +885,8 @@ Mat check_mat(const torch::Tensor& weight, const torch::Tensor& scales, int64_t 
 
 }  // namespace
 
-// One decoder block's decoding step — one sequence, one new token — in one call (posenc.kernels.fused).
+// A decoder block's decoding step — one sequence, one new token — with its weights checked once
+// (posenc.models.fused builds one per block and runs a whole token's blocks in one call, decode_blocks).
 // Pre-norm (Llama: two norms) or sandwich (Gemma: four, a norm before and after each branch):
 //   h = n₁(x); q, k, v = h·Wqᵀ, h·Wkᵀ, h·Wvᵀ (+ biases); optionally each head's q and k normed (QK-norm);
 //   q, k rotated by cos/sin (RoPE, every pair); k, v written at `index` of the cache buffers; each query head
@@ -875,119 +898,151 @@ Mat check_mat(const torch::Tensor& weight, const torch::Tensor& scales, int64_t 
 // posenc's modules on this kernel (RMSNorm, rope, matvec above), except attention and the activations, which
 // round differently from PyTorch's (float32 sums in another order, std::exp, std::tanh): ulp-level.
 //   weights, scales, bits, biases: q, k, v, o, gate, up, down (bits 0: a float32 (N, K) weight, scales unused);
-//   norms, eps: two or four; qk_norms: none or two;
-//   keys, values: (1, Hkv, capacity, Dh) float32 contiguous buffers (posenc.attention.KVCache's room).
-torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tensor>& norms,
-                           const std::vector<double>& eps, const std::vector<torch::Tensor>& weights,
-                           const std::vector<torch::Tensor>& scales, const std::vector<int64_t>& bits,
-                           const std::vector<c10::optional<torch::Tensor>>& biases,
-                           const std::vector<torch::Tensor>& qk_norms, double qk_eps, const torch::Tensor& cos,
-                           const torch::Tensor& sin, bool half, torch::Tensor& keys, torch::Tensor& values,
-                           int64_t start, int64_t index, double scale, int64_t activation) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
-              "x must be a contiguous float32 (1, 1, D) tensor");
-  const int64_t D = x.size(-1);
-  TORCH_CHECK(x.numel() == D, "one token of one sequence: x must be (1, 1, D), got ", x.sizes());
-  const bool sandwich = norms.size() == 4;
-  TORCH_CHECK((norms.size() == 2 || sandwich) && eps.size() == norms.size() && weights.size() == 7 &&
-                  scales.size() == 7 && bits.size() == 7 && biases.size() == 7,
-              "two or four norms and seven matrices (q, k, v, o, gate, up, down)");
-  TORCH_CHECK(activation == 0 || activation == 1, "activation: 0 (SiLU) or 1 (tanh-GELU), got ", activation);
-  for (const auto& n : norms)
-    TORCH_CHECK(n.scalar_type() == torch::kFloat32 && n.is_contiguous() && n.numel() == D, "norm weights: (D) float32");
-  TORCH_CHECK(keys.dim() == 4 && keys.sizes() == values.sizes() && keys.size(0) == 1 && keys.is_contiguous() &&
-                  values.is_contiguous() && keys.scalar_type() == torch::kFloat32 &&
-                  values.scalar_type() == torch::kFloat32, "keys, values: contiguous float32 (1, Hkv, capacity, Dh)");
-  const int64_t Hkv = keys.size(1), capacity = keys.size(2), Dh = keys.size(3), P = Dh / 2;
-  TORCH_CHECK(0 <= start && start <= index && index < capacity, "cache slots: 0 <= start <= index < capacity");
-  TORCH_CHECK(Dh % 2 == 0 && cos.numel() == P && sin.numel() == P && cos.is_contiguous() && sin.is_contiguous() &&
-                  cos.scalar_type() == torch::kFloat32 && sin.scalar_type() == torch::kFloat32,
-              "cos, sin: Dh/2 contiguous float32 values each");
-  TORCH_CHECK(qk_norms.empty() || qk_norms.size() == 2, "qk_norms: none, or the query and key norms' weights");
-  for (const auto& n : qk_norms)
-    TORCH_CHECK(n.scalar_type() == torch::kFloat32 && n.is_contiguous() && n.numel() == Dh,
-                "QK-norm weights: (Dh) float32");
-  Mat w[7];  // q, k, v, gate and up read D inputs; o reads H·Dh, down the FFN width
-  for (int i = 0; i < 3; ++i) w[i] = check_mat(weights[i], scales[i], bits[i], biases[i], D);
-  const int64_t QD = w[0].N, H = QD / Dh;
-  TORCH_CHECK(QD % Dh == 0 && H % Hkv == 0 && w[1].N == Hkv * Dh && w[2].N == Hkv * Dh,
-              "q must give H·Dh and k, v Hkv·Dh outputs, H a multiple of Hkv");
-  w[3] = check_mat(weights[3], scales[3], bits[3], biases[3], QD);
-  TORCH_CHECK(w[3].N == D, "o must give D outputs");
-  for (int i = 4; i < 6; ++i) w[i] = check_mat(weights[i], scales[i], bits[i], biases[i], D);
-  TORCH_CHECK(w[4].N == w[5].N, "gate and up must have one width");
-  w[6] = check_mat(weights[6], scales[6], bits[6], biases[6], w[4].N);
-  TORCH_CHECK(w[6].N == D, "down must give D outputs");
+//   norms, eps: two or four; qk_norms: none or two. The block keeps references to every tensor it reads.
+struct Block {
+  std::vector<torch::Tensor> keep;  // the tensors below point into
+  Mat w[7];                         // q, k, v, o, gate, up, down
+  std::vector<const float*> norm_w;
+  std::vector<float> eps;
+  const float* qk_w[2] = {nullptr, nullptr};
+  float qk_eps = 0.f, scale = 0.f;
+  bool sandwich = false, half = false;
+  int64_t activation = 0, D = 0, QD = 0, H = 0, Hkv = 0, Dh = 0, Fw = 0;
 
-  const float* xp = x.data_ptr<float>();
-  const auto norm = [&](size_t i, const float* in, float* out) {
-    norm_row(in, norms[i].data_ptr<float>(), D, static_cast<float>(eps[i]), out);
-  };
-  std::vector<float> h(D), qkv(QD + 2 * Hkv * Dh), att(QD), x1(D), gu(2 * w[4].N), tmp(std::max(D, Dh));
-  norm(0, xp, h.data());
-  {
-    const Rows rows(h.data(), 1, D);
-    w[0].run(h.data(), rows, qkv.data());
-    w[1].run(h.data(), rows, qkv.data() + QD);
-    w[2].run(h.data(), rows, qkv.data() + QD + Hkv * Dh);
+  Block(const std::vector<torch::Tensor>& norms, const std::vector<double>& eps_, const std::vector<torch::Tensor>& weights,
+        const std::vector<torch::Tensor>& scales, const std::vector<int64_t>& bits,
+        const std::vector<c10::optional<torch::Tensor>>& biases, const std::vector<torch::Tensor>& qk_norms,
+        double qk_eps_, int64_t head_dim, bool half_, double scale_, int64_t activation_) {
+    sandwich = norms.size() == 4;
+    TORCH_CHECK((norms.size() == 2 || sandwich) && eps_.size() == norms.size() && weights.size() == 7 &&
+                    scales.size() == 7 && bits.size() == 7 && biases.size() == 7,
+                "two or four norms and seven matrices (q, k, v, o, gate, up, down)");
+    TORCH_CHECK(activation_ == 0 || activation_ == 1, "activation: 0 (SiLU) or 1 (tanh-GELU), got ", activation_);
+    TORCH_CHECK(!norms.empty() && norms[0].dim() == 1, "norm weights: (D) float32");
+    D = norms[0].numel(), Dh = head_dim;
+    for (const auto& n : norms)
+      TORCH_CHECK(n.scalar_type() == torch::kFloat32 && n.is_contiguous() && n.numel() == D,
+                  "norm weights: (D) float32");
+    TORCH_CHECK(Dh > 0 && Dh % 2 == 0, "head_dim must be even and positive, got ", Dh);
+    TORCH_CHECK(qk_norms.empty() || qk_norms.size() == 2, "qk_norms: none, or the query and key norms' weights");
+    for (const auto& n : qk_norms)
+      TORCH_CHECK(n.scalar_type() == torch::kFloat32 && n.is_contiguous() && n.numel() == Dh,
+                  "QK-norm weights: (Dh) float32");
+    for (int i = 0; i < 3; ++i) w[i] = check_mat(weights[i], scales[i], bits[i], biases[i], D);
+    QD = w[0].N, H = QD / Dh, Hkv = w[1].N / Dh;
+    TORCH_CHECK(QD % Dh == 0 && Hkv > 0 && H % Hkv == 0 && w[1].N == Hkv * Dh && w[2].N == Hkv * Dh,
+                "q must give H·Dh and k, v Hkv·Dh outputs, H a multiple of Hkv");
+    w[3] = check_mat(weights[3], scales[3], bits[3], biases[3], QD);
+    TORCH_CHECK(w[3].N == D, "o must give D outputs");
+    for (int i = 4; i < 6; ++i) w[i] = check_mat(weights[i], scales[i], bits[i], biases[i], D);
+    TORCH_CHECK(w[4].N == w[5].N, "gate and up must have one width");
+    Fw = w[4].N;
+    w[6] = check_mat(weights[6], scales[6], bits[6], biases[6], Fw);
+    TORCH_CHECK(w[6].N == D, "down must give D outputs");
+    for (const auto* list : {&norms, &weights, &scales, &qk_norms}) keep.insert(keep.end(), list->begin(), list->end());
+    for (const auto& b : biases)
+      if (b.has_value()) keep.push_back(*b);
+    for (size_t i = 0; i < norms.size(); ++i) norm_w.push_back(norms[i].data_ptr<float>());
+    for (double e : eps_) eps.push_back(static_cast<float>(e));
+    for (size_t i = 0; i < qk_norms.size(); ++i) qk_w[i] = qk_norms[i].data_ptr<float>();
+    qk_eps = static_cast<float>(qk_eps_), half = half_, scale = static_cast<float>(scale_), activation = activation_;
   }
-  if (!qk_norms.empty()) {  // each head's query and key normed before the rotation
-    const float qe = static_cast<float>(qk_eps);
-    for (int64_t hd = 0; hd < H + Hkv; ++hd) {
-      float* v = qkv.data() + hd * Dh;
-      norm_row(v, qk_norms[hd < H ? 0 : 1].data_ptr<float>(), Dh, qe, tmp.data());
+};
+
+// One block's decoding step as thread t of nt runs it: each product's output rows, the heads, the activations
+// split into nt contiguous parts, a barrier (sync) wherever a step reads what another thread wrote, the small
+// serial steps (norms, residuals, rounding a product's input) on thread 0. Every output is computed by one
+// thread in one order, so the result does not depend on nt. xp → y (D floats each, not the same).
+struct Shared {  // the buffers every thread of a step reads and writes (sized for the widest block)
+  std::vector<float> h, qkv, q, att, x1, gu;
+  std::optional<Rows> rows;  // the input of the products at hand, rounded once for all threads
+};
+
+template <typename Sync>
+void block_step(const Block& b, const float* xp, float* y, const float* c, const float* sn, float* kb, float* vb,
+                int64_t capacity, int64_t start, int64_t index, Shared& sh, std::vector<float>& tmp,
+                std::vector<float>& p, int t, int nt, const Sync& sync) {
+  const int64_t D = b.D, QD = b.QD, H = b.H, Hkv = b.Hkv, Dh = b.Dh, Fw = b.Fw;
+  const int64_t T = index - start + 1, group = H / Hkv;
+  float *h = sh.h.data(), *qkv = sh.qkv.data(), *q = sh.q.data(), *att = sh.att.data(), *x1 = sh.x1.data(),
+        *gu = sh.gu.data();
+  const auto part = [&](int64_t n, int64_t i) {  // part i of n outputs: whole blocks of 16 rows
+    return i >= nt ? n : std::min(n, (n * i / nt) / 16 * 16);
+  };
+  const auto product = [&](const Mat& m, const float* in, float* o) {
+    m.run_rows(in, *sh.rows, o, part(m.N, t), part(m.N, t + 1));
+  };
+  const auto share = [&](int64_t n, int64_t& lo, int64_t& hi) { lo = n * t / nt, hi = n * (t + 1) / nt; };
+  const auto norm = [&](size_t i, const float* in, float* out) { norm_row(in, b.norm_w[i], D, b.eps[i], out); };
+  int64_t lo, hi;
+  if (t == 0) {
+    norm(0, xp, h);
+    sh.rows.emplace(h, 1, D);
+  }
+  sync();
+  product(b.w[0], h, qkv);
+  product(b.w[1], h, qkv + QD);
+  product(b.w[2], h, qkv + QD + Hkv * Dh);
+  sync();
+  share(H + Hkv, lo, hi);  // each head's QK-norm, rotation and cache write
+  for (int64_t hd = lo; hd < hi; ++hd) {
+    float* v = qkv + hd * Dh;
+    if (b.qk_w[0]) {  // each head's query and key normed before the rotation
+      norm_row(v, b.qk_w[hd < H ? 0 : 1], Dh, b.qk_eps, tmp.data());
       std::memcpy(v, tmp.data(), Dh * sizeof(float));
     }
-  }
-  const float *c = cos.data_ptr<float>(), *sn = sin.data_ptr<float>();
-  float *kb = keys.data_ptr<float>(), *vb = values.data_ptr<float>();
-  std::vector<float> q(QD);
-  for (int64_t hd = 0; hd < H; ++hd) rotate_row(qkv.data() + hd * Dh, c, sn, Dh, half, q.data() + hd * Dh);
-  for (int64_t hd = 0; hd < Hkv; ++hd) {
-    rotate_row(qkv.data() + QD + hd * Dh, c, sn, Dh, half, kb + (hd * capacity + index) * Dh);
-    std::memcpy(vb + (hd * capacity + index) * Dh, qkv.data() + QD + (Hkv + hd) * Dh, Dh * sizeof(float));
-  }
-  const int64_t T = index - start + 1, group = H / Hkv;
-  // heads split over threads only where there is enough to split: a short cache's attention is microseconds
-  at::parallel_for(0, H, T * Dh >= 16384 ? 1 : H, [&](int64_t h0, int64_t h1) {
-    std::vector<float> p(T);
-    for (int64_t hd = h0; hd < h1; ++hd) {
-      const float* qh = q.data() + hd * Dh;
-      const float* kh = kb + ((hd / group) * capacity + start) * Dh;
-      const float* vh = vb + ((hd / group) * capacity + start) * Dh;
-      float top = -INFINITY;
-      for (int64_t t = 0; t < T; ++t) {
-        p[t] = dot(qh, kh + t * Dh, Dh) * static_cast<float>(scale);
-        top = std::max(top, p[t]);
-      }
-      float total = 0.f;
-      for (int64_t t = 0; t < T; ++t) total += (p[t] = std::exp(p[t] - top));
-      float* out = att.data() + hd * Dh;
-      std::fill(out, out + Dh, 0.f);
-      for (int64_t t = 0; t < T; ++t) {
-        const float a = p[t] / total, *vt = vh + t * Dh;
-        for (int64_t i = 0; i < Dh; ++i) out[i] += a * vt[i];
-      }
+    if (hd < H) {
+      rotate_row(v, c, sn, Dh, b.half, q + hd * Dh);
+    } else {
+      const int64_t kv = hd - H;
+      rotate_row(v, c, sn, Dh, b.half, kb + (kv * capacity + index) * Dh);
+      std::memcpy(vb + (kv * capacity + index) * Dh, qkv + QD + (Hkv + kv) * Dh, Dh * sizeof(float));
     }
-  });
-  w[3].run(att.data(), Rows(att.data(), 1, QD), x1.data());
-  if (sandwich) {
-    norm(1, x1.data(), tmp.data());
-    for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + tmp[i];
-  } else {
-    for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + x1[i];
   }
-  norm(sandwich ? 2 : 1, x1.data(), h.data());
-  const int64_t Fw = w[4].N;
-  {
-    const Rows rows(h.data(), 1, D);
-    w[4].run(h.data(), rows, gu.data());
-    w[5].run(h.data(), rows, gu.data() + Fw);
+  sync();
+  share(H, lo, hi);  // attention, heads split
+  for (int64_t hd = lo; hd < hi; ++hd) {
+    const float* qh = q + hd * Dh;
+    const float* kh = kb + ((hd / group) * capacity + start) * Dh;
+    const float* vh = vb + ((hd / group) * capacity + start) * Dh;
+    float top = -INFINITY;
+    for (int64_t s = 0; s < T; ++s) {
+      p[s] = dot(qh, kh + s * Dh, Dh) * b.scale;
+      top = std::max(top, p[s]);
+    }
+    float total = 0.f;
+    for (int64_t s = 0; s < T; ++s) total += (p[s] = std::exp(p[s] - top));
+    float* o = att + hd * Dh;
+    std::fill(o, o + Dh, 0.f);
+    for (int64_t s = 0; s < T; ++s) {
+      const float a = p[s] / total, *vt = vh + s * Dh;
+      for (int64_t i = 0; i < Dh; ++i) o[i] += a * vt[i];
+    }
   }
-  for (int64_t i = 0; i < Fw; ++i) {
+  sync();
+  if (t == 0) sh.rows.emplace(att, 1, QD);
+  sync();
+  product(b.w[3], att, x1);
+  sync();
+  if (t == 0) {
+    if (b.sandwich) {
+      norm(1, x1, h);  // h is free: q, k and v are done
+      for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + h[i];
+    } else {
+      for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + x1[i];
+    }
+    norm(b.sandwich ? 2 : 1, x1, h);
+    sh.rows.emplace(h, 1, D);
+  }
+  sync();
+  product(b.w[4], h, gu);
+  product(b.w[5], h, gu + Fw);
+  sync();
+  share(Fw, lo, hi);
+  for (int64_t i = lo; i < hi; ++i) {
     const float g = gu[i];
     float act;
-    if (activation == 0) {
+    if (b.activation == 0) {
       act = g / (1.f + std::exp(-g));
     } else {  // PyTorch's gelu(approximate="tanh"): 0.5 · g · (1 + tanh(√(2/π) · (g + 0.044715 · g³)))
       const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
@@ -996,16 +1051,100 @@ torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tens
     }
     gu[i] = act * gu[Fw + i];
   }
-  auto out = torch::empty_like(x);
-  float* y = out.data_ptr<float>();
-  w[6].run(gu.data(), Rows(gu.data(), 1, Fw), y);
-  if (sandwich) {
-    norm(3, y, tmp.data());
-    for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + tmp[i];
-  } else {
-    for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + y[i];
+  sync();
+  if (t == 0) sh.rows.emplace(gu, 1, Fw);
+  sync();
+  product(b.w[6], gu, y);
+  sync();
+  if (t == 0) {
+    if (b.sandwich) {
+      norm(3, y, h);
+      for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + h[i];
+    } else {
+      for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + y[i];
+    }
   }
+}
+
+// A whole decoding step's blocks — one token of one sequence through blocks[0], blocks[1], … — in one call and
+// one parallel region (a step's matrices are microseconds of work each, less than opening a region costs).
+// Per block i: cos[i], sin[i] (Dh/2 float32 each: the new token's rotation), the cache buffers keys[i],
+// values[i] ((1, Hkv, capacity, Dh) float32, contiguous: posenc.attention.KVCache's room), the first visible
+// key starts[i] and the new token's slot indexes[i]. x (1, 1, D) float32 → the last block's output.
+torch::Tensor decode_blocks(const torch::Tensor& x, const std::vector<const Block*>& blocks,
+                            const std::vector<torch::Tensor>& cos, const std::vector<torch::Tensor>& sin,
+                            const std::vector<torch::Tensor>& keys, const std::vector<torch::Tensor>& values,
+                            const std::vector<int64_t>& starts, const std::vector<int64_t>& indexes) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.is_contiguous(),
+              "x must be a contiguous float32 (1, 1, D) tensor");
+  const size_t L = blocks.size();
+  TORCH_CHECK(L > 0 && cos.size() == L && sin.size() == L && keys.size() == L && values.size() == L &&
+                  starts.size() == L && indexes.size() == L,
+              "one cos, sin, keys, values, start and index per block");
+  const int64_t D = x.size(-1);
+  TORCH_CHECK(x.numel() == D, "one token of one sequence: x must be (1, 1, D), got ", x.sizes());
+  int64_t QD = 0, KV = 0, Fw = 0, Dh = 0, T = 0;
+  for (size_t i = 0; i < L; ++i) {
+    const Block& b = *blocks[i];
+    TORCH_CHECK(b.D == D, "block ", i, " takes D = ", b.D, ", x has ", D);
+    const auto &k = keys[i], &v = values[i];
+    TORCH_CHECK(k.dim() == 4 && k.sizes() == v.sizes() && k.size(0) == 1 && k.size(1) == b.Hkv && k.size(3) == b.Dh &&
+                    k.is_contiguous() && v.is_contiguous() && k.scalar_type() == torch::kFloat32 &&
+                    v.scalar_type() == torch::kFloat32,
+                "keys, values: contiguous float32 (1, Hkv, capacity, Dh)");
+    TORCH_CHECK(0 <= starts[i] && starts[i] <= indexes[i] && indexes[i] < k.size(2),
+                "cache slots: 0 <= start <= index < capacity");
+    TORCH_CHECK(cos[i].numel() == b.Dh / 2 && sin[i].numel() == b.Dh / 2 && cos[i].is_contiguous() &&
+                    sin[i].is_contiguous() && cos[i].scalar_type() == torch::kFloat32 &&
+                    sin[i].scalar_type() == torch::kFloat32,
+                "cos, sin: Dh/2 contiguous float32 values each");
+    QD = std::max(QD, b.QD), KV = std::max(KV, b.Hkv * b.Dh), Fw = std::max(Fw, b.Fw), Dh = std::max(Dh, b.Dh);
+    T = std::max(T, indexes[i] - starts[i] + 1);
+  }
+  Shared sh;
+  sh.h.resize(D), sh.qkv.resize(QD + 2 * KV), sh.q.resize(QD), sh.att.resize(QD), sh.x1.resize(D),
+      sh.gu.resize(2 * Fw);
+  auto out = torch::empty_like(x);
+  std::vector<float> between(L > 1 ? D : 0);  // blocks alternate between this and out: the last writes out
+  const auto body = [&](int t, int nt, const auto& sync) {
+    std::vector<float> tmp(Dh), p(T);
+    const float* in = x.data_ptr<float>();
+    for (size_t i = 0; i < L; ++i) {
+      float* o = (L - 1 - i) % 2 == 0 ? out.data_ptr<float>() : between.data();
+      block_step(*blocks[i], in, o, cos[i].data_ptr<float>(), sin[i].data_ptr<float>(), keys[i].data_ptr<float>(),
+                 values[i].data_ptr<float>(), keys[i].size(2), starts[i], indexes[i], sh, tmp, p, t, nt, sync);
+      in = o;
+    }
+  };
+#ifdef _OPENMP
+  // the threads torch is set to use, unless already inside a parallel region (then this thread alone)
+  const int threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  if (threads > 1) {
+    const auto barrier = [] {
+#pragma omp barrier
+    };
+#pragma omp parallel num_threads(threads)
+    body(omp_get_thread_num(), omp_get_num_threads(), barrier);
+    return out;
+  }
+#endif
+  body(0, 1, [] {});
   return out;
+}
+
+// decode_blocks for one block given by its tensors (checked on every call; posenc.models.fused keeps Blocks).
+torch::Tensor decode_block(const torch::Tensor& x, const std::vector<torch::Tensor>& norms,
+                           const std::vector<double>& eps, const std::vector<torch::Tensor>& weights,
+                           const std::vector<torch::Tensor>& scales, const std::vector<int64_t>& bits,
+                           const std::vector<c10::optional<torch::Tensor>>& biases,
+                           const std::vector<torch::Tensor>& qk_norms, double qk_eps, const torch::Tensor& cos,
+                           const torch::Tensor& sin, bool half, torch::Tensor& keys, torch::Tensor& values,
+                           int64_t start, int64_t index, double scale, int64_t activation) {
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && x.is_contiguous() && x.numel() == x.size(-1),
+              "one token of one sequence: x must be (1, 1, D), got ", x.sizes());
+  TORCH_CHECK(keys.dim() == 4, "keys, values: contiguous float32 (1, Hkv, capacity, Dh)");
+  const Block b(norms, eps, weights, scales, bits, biases, qk_norms, qk_eps, keys.size(3), half, scale, activation);
+  return decode_blocks(x, {&b}, {cos}, {sin}, {keys}, {values}, {start}, {index});
 }
 
 // The path matvec takes: 2 AVX-512 VNNI, 1 AVX2, 0 the plain loop. set_level(k) takes min(k, the widest
@@ -1025,7 +1164,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("scales"), py::arg("bits"), py::arg("n0"), py::arg("n1"), py::arg("bf16") = false);
   m.def("rms_norm", &rms_norm, "a decoding step's RMSNorm (see above)");
   m.def("rope", &rope, "a decoding step's RoPE rotation (see above)");
-  m.def("decode_block", &decode_block, "a decoder block's decoding step in one call (see above)");
+  py::class_<Block>(m, "Block", "a decoder block's weights, checked once, for decode_blocks (see above)")
+      .def(py::init<const std::vector<torch::Tensor>&, const std::vector<double>&, const std::vector<torch::Tensor>&,
+                    const std::vector<torch::Tensor>&, const std::vector<int64_t>&,
+                    const std::vector<c10::optional<torch::Tensor>>&, const std::vector<torch::Tensor>&, double,
+                    int64_t, bool, double, int64_t>(),
+           py::arg("norms"), py::arg("eps"), py::arg("weights"), py::arg("scales"), py::arg("bits"), py::arg("biases"),
+           py::arg("qk_norms"), py::arg("qk_eps"), py::arg("head_dim"), py::arg("half"), py::arg("scale"),
+           py::arg("activation"));
+  m.def("decode_blocks", &decode_blocks, "a decoding step's blocks in one call (see above)");
+  m.def("decode_block", &decode_block, "one decoder block's decoding step in one call (see above)");
   m.def("get_level", &get_level, "the path matvec takes: 2 AVX-512 VNNI, 1 AVX2, 0 a plain loop");
   m.def("set_level", &set_level, "take a narrower path (tests); returns the previous level");
 }

@@ -321,8 +321,13 @@ class Decoder(nn.Module):
             if not compiling():
                 for scheme in self.schemes():
                     stack.enter_context(positions_fixed(scheme))
-            step = cache is not None and x.shape[1] == 1  # a decoding step: one kernel call per block where it applies
-            for i, layer in enumerate(self.layers):
+            # a decoding step: the whole token in one kernel call where every block takes it, else one call per
+            # block where it applies
+            step = cache is not None and x.shape[1] == 1
+            whole = fused.steps(self.layers, x, positions, cache) if step else None  # type: ignore[arg-type]
+            if whole is not None:
+                x = whole
+            for i, layer in enumerate(self.layers if whole is None else ()):
                 out = fused.block_step(layer, x, positions, cache[i]) if step else None  # type: ignore[index]
                 x = layer(x, positions=positions, cache=None if cache is None else cache[i]) if out is None else out
         return self.norm(x)
@@ -410,7 +415,7 @@ class Decoder(nn.Module):
                     layer_cache.mark_dynamic()
                 h = self.hidden(new, cache=cache)[:, -1]  # (B, D): only the last position needs logits
                 logits = self.logits(h).float()  # (B, V)
-                if not bool(torch.isfinite(logits).all()):  # one B × V check per token: a NaN must not pick a token
+                if not all_finite(logits):  # one B × V check per token: a NaN must not pick a token
                     done_so_far = ids.shape[1] - prompt.shape[1]
                     raise FloatingPointError(f"the model's logits hold NaN or ±inf at new token {done_so_far}; its "
                                              "weights or activations overflow (try --dtype float32, or another file)")
@@ -465,6 +470,38 @@ def check_sampling(temperature: float, top_k: int | None, top_p: float | None) -
         number(top_p, "top_p", above=0, maximum=1)
 
 
+def all_finite(logits: Tensor) -> bool:
+    """Whether every value of ``logits`` is finite: a NaN or ±inf shows in its row's largest or smallest value
+    (``amax``/``amin`` propagate NaN) — two vectorised passes, where ``isfinite(...).all()`` costs ~1 ms a token
+    for a 262,144-token vocabulary."""
+    return bool(torch.isfinite(logits.amax(-1)).all() and torch.isfinite(logits.amin(-1)).all())
+
+
+#: how many logits greedy() reduces per block
+GREEDY_BLOCK = 1024
+
+
+def greedy(logits: Tensor) -> Tensor:
+    """``logits.argmax(-1)`` for (B, V) logits — the first index of each row's largest value — in vectorised
+    passes: each block of GREEDY_BLOCK values' largest (``amax``), the first block holding the row's largest,
+    the first index of it there; the last V mod GREEDY_BLOCK values compared after. torch's ``argmax`` walks a
+    row one value at a time: ~0.5 ms a token for Gemma 3's 262,144-token vocabulary, ~0.08 ms this way. Equal to
+    ``argmax`` on rows without NaN (``generate`` checks that first)."""
+    if logits.dim() != 2 or logits.shape[-1] < 2 * GREEDY_BLOCK:
+        return logits.argmax(-1)
+    rows, vocab = logits.shape
+    n = vocab - vocab % GREEDY_BLOCK
+    blocks = logits[:, :n].unflatten(-1, (-1, GREEDY_BLOCK))  # (B, C, block)
+    peaks = blocks.amax(-1)  # (B, C)
+    first = peaks.argmax(-1)  # (B,): the first block holding the row's largest
+    index = torch.arange(rows, device=logits.device)
+    best = first * GREEDY_BLOCK + blocks[index, first].argmax(-1)
+    if n < vocab:  # the tail wins only if strictly larger: a tie's first index lies in the blocks
+        tail_max, tail_at = logits[:, n:].max(-1)
+        best = torch.where(tail_max > peaks[index, first], n + tail_at, best)
+    return best
+
+
 def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
                generator: torch.Generator | None = None) -> Tensor:
     """Pick one token per row from logits (B, V): argmax at temperature 0, else a sample.
@@ -474,7 +511,7 @@ def next_token(logits: Tensor, *, temperature: float = 0.0, top_k: int | None = 
     least the most likely token).
     """
     if temperature == 0:
-        return logits.argmax(-1)
+        return greedy(logits)
     logits = (logits - logits.amax(-1, keepdim=True)) / temperature  # max 0: a small temperature cannot overflow
     if top_k is not None and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (B, 1)

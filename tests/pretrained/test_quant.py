@@ -117,6 +117,37 @@ def test_long_inputs_use_the_exact_weight(tmp_path: Path, seed: int, gen: torch.
         assert not torch.equal(short, F.linear(x[:3], exact))  # the kernel path: not exact
 
 
+def test_the_kernel_hands_long_inputs_to_blas_by_path_and_vendor(monkeypatch) -> None:
+    """The crossover is the kernel path's, lower on Intel's AVX-512 CPUs (MKL's own AVX-512 GEMM); the
+    environment sets it, and a malformed setting is refused by name."""
+    import posenc.models.quant as quant
+
+    class Kernel:
+        def __init__(self, level: int) -> None:
+            self.level = level
+
+        def get_level(self) -> int:
+            return self.level
+
+    monkeypatch.delenv("POSENC_BLAS_ROWS", raising=False)
+    for level in (0, 1, 2):
+        for vendor in ("GenuineIntel", "AuthenticAMD", ""):
+            monkeypatch.setattr(quant.kernels, "loaded", lambda level=level: Kernel(level))
+            monkeypatch.setattr(quant, "cpu_vendor", lambda vendor=vendor: vendor)
+            want = (quant.INTEL_AVX512_BLAS_ROWS if (level, vendor) == (2, "GenuineIntel")
+                    else quant.KERNEL_BLAS_ROWS_BY_LEVEL[level])
+            assert quant.kernel_blas_rows() == want
+    assert quant.INTEL_AVX512_BLAS_ROWS < quant.KERNEL_BLAS_ROWS_BY_LEVEL[2]
+    monkeypatch.setattr(quant.kernels, "loaded", lambda: None)
+    assert quant.kernel_blas_rows() == quant.KERNEL_BLAS_ROWS
+    monkeypatch.setenv("POSENC_BLAS_ROWS", "17")
+    assert quant.kernel_blas_rows() == 17
+    for bad in ("0", "-3", "many", "1.5"):
+        monkeypatch.setenv("POSENC_BLAS_ROWS", bad)
+        with pytest.raises(ValueError, match=f"POSENC_BLAS_ROWS.*{bad}"):
+            quant.kernel_blas_rows()
+
+
 def test_a_tall_weight_is_re_decoded_in_blocks(tmp_path: Path, seed: int, gen: torch.Generator, monkeypatch) -> None:
     """Output rows re-decoded EXACT_ROWS at a time (a 262k-row head never whole in float32): the same product."""
     import posenc.models.quant as quant

@@ -92,7 +92,8 @@ def load_model(args: argparse.Namespace, *, command: str) -> Any:
 
             done, blocks = fused.count(pm.model)
             print(f"{quantised} quantised matrices on {kernels.status()}"
-                  + (f"; {done} of {blocks} blocks decode in one kernel call each" if done else ""), file=sys.stderr)
+                  + ((f"; a decoded token runs its {blocks} blocks in one kernel call" if done == blocks else
+                      f"; {done} of {blocks} blocks decode in one kernel call each") if done else ""), file=sys.stderr)
         if pm.weights in ("int8", "int4"):
             from posenc.pretrained.as_stored import logit_error
 

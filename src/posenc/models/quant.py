@@ -85,6 +85,11 @@ DEQUANTISE_ROWS = 256
 #: extension grids) multiplies the exact stored weight, its loss not moved by the 8-bit activations.
 KERNEL_BLAS_ROWS_BY_LEVEL = (96, 96, 4096)
 KERNEL_BLAS_ROWS = KERNEL_BLAS_ROWS_BY_LEVEL[1]  # the AVX2 figure (a kernel's own: ``kernel_blas_rows()``)
+#: The AVX-512 VNNI path's threshold on Intel CPUs, where torch's BLAS (MKL) runs its own AVX-512 float32 GEMM:
+#: on a 2-core Intel Xeon (2026-12-08, ``as-stored/xeon-2026-12-08/kernel-rows-*.txt``) the kernel and BLAS on
+#: the re-decoded weight were even near 32–64 rows and BLAS 1.6–2.4× faster from 128 rows on (the EPYC figure
+#: above is the kernel's: MKL takes a narrower path on AMD CPUs). The exact weight is also the more exact product.
+INTEL_AVX512_BLAS_ROWS = 48
 #: bfloat16 inputs with at least this many rows go to BLAS on the re-decoded weight, cast to bfloat16, where the
 #: CPU has AMX tiles (:data:`AMX_BF16`): there its matrix units multiply bfloat16 at ≈ 1.4 TFLOP/s a core; float32
 #: inputs too, below ``blas_rows`` (:data:`AMX_FLOAT32_BAND`). Measured with the weight re-decoded by the compiled
@@ -121,10 +126,33 @@ def chunk_of_pass(module: nn.Module, x: Tensor, pass_rows: int) -> Tensor:
     return module(x, pass_rows=pass_rows) if isinstance(module, QuantLinear) else module(x)
 
 
+def cpu_vendor() -> str:
+    """This CPU's vendor as Linux names it (``vendor_id`` of /proc/cpuinfo: "GenuineIntel", "AuthenticAMD"), or ""."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def kernel_blas_rows() -> int:
-    """The input rows from which posenc's kernel hands a product to BLAS here (its path's measured crossover)."""
+    """The input rows from which posenc's kernel hands a product to BLAS here (its path's measured crossover on
+    this CPU's vendor); ``POSENC_BLAS_ROWS=N`` in the environment sets it."""
+    given = os.environ.get("POSENC_BLAS_ROWS", "").strip()
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise ValueError(f"POSENC_BLAS_ROWS must be a whole number of rows >= 1, got {given!r}")
+        return int(given)
     module = kernels.loaded()
-    return KERNEL_BLAS_ROWS if module is None else KERNEL_BLAS_ROWS_BY_LEVEL[module.get_level()]
+    if module is None:
+        return KERNEL_BLAS_ROWS
+    level = module.get_level()
+    if level == 2 and cpu_vendor() == "GenuineIntel":
+        return INTEL_AVX512_BLAS_ROWS
+    return KERNEL_BLAS_ROWS_BY_LEVEL[level]
 
 
 #: Output rows re-decoded at a time for an input of many rows (``QuantLinear._exact_product``).

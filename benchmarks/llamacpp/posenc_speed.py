@@ -28,6 +28,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    from posenc.models.decoder import greedy
     from posenc.pretrained import load_pretrained
 
     start = time.perf_counter()
@@ -51,7 +52,7 @@ def main() -> None:
         tok = ids(1)
         t0 = time.perf_counter()
         for _ in range(n):
-            tok = model.logits(model.hidden(tok, cache=cache)[:, -1]).argmax(-1, keepdim=True)
+            tok = greedy(model.logits(model.hidden(tok, cache=cache)[:, -1]))[:, None]  # as posenc generate picks
         return time.perf_counter() - t0
 
     out = {"load_s": load_s, "threads": torch.get_num_threads()}

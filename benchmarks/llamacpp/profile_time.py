@@ -63,7 +63,8 @@ def profile_model(path: Path, threads: int, steps: int = 16) -> list[str]:
             unseen = max(0.0, wall * 1e3 - seen)
             out += [f"### {name}: {wall * 1e3:.1f} ms per {'step' if per > 1 else 'pass'} unprofiled", "",
                     "| operator | calls per step | ms per step | share of the wall time |", "| --- | ---: | ---: | ---: |",
-                    f"| posenc's compiled kernel (quantised matrix products, the fused decoding block) and Python: "
+                    "| posenc's compiled kernel (quantised matrix products, weights re-decoded for BLAS, a decoded "
+                    "token's blocks in one call) and Python: "
                     f"the wall time the profiler does not attribute | | {unseen:.2f} | {unseen / (wall * 1e3):.1%} |"]
             for e in sorted(ev, key=lambda e: -e.self_cpu_time_total)[:10]:
                 ms = e.self_cpu_time_total / per / 1e3

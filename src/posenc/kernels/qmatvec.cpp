@@ -974,6 +974,11 @@ void block_step(const Block& b, const float* xp, float* y, const float* c, const
   };
   const auto share = [&](int64_t n, int64_t& lo, int64_t& hi) { lo = n * t / nt, hi = n * (t + 1) / nt; };
   const auto norm = [&](size_t i, const float* in, float* out) { norm_row(in, b.norm_w[i], D, b.eps[i], out); };
+  // out = base + branch (sandwich: base + norm i of the branch, formed in h, free by then)
+  const auto residual = [&](size_t i, const float* base, const float* branch, float* out) {
+    if (b.sandwich) norm(i, branch, h), branch = h;
+    for (int64_t j = 0; j < D; ++j) out[j] = base[j] + branch[j];
+  };
   int64_t lo, hi;
   if (t == 0) {
     norm(0, xp, h);
@@ -1025,12 +1030,7 @@ void block_step(const Block& b, const float* xp, float* y, const float* c, const
   product(b.w[3], att, x1);
   sync();
   if (t == 0) {
-    if (b.sandwich) {
-      norm(1, x1, h);  // h is free: q, k and v are done
-      for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + h[i];
-    } else {
-      for (int64_t i = 0; i < D; ++i) x1[i] = xp[i] + x1[i];
-    }
+    residual(1, xp, x1, x1);
     norm(b.sandwich ? 2 : 1, x1, h);
     sh.rows.emplace(h, 1, D);
   }
@@ -1056,14 +1056,7 @@ void block_step(const Block& b, const float* xp, float* y, const float* c, const
   sync();
   product(b.w[6], gu, y);
   sync();
-  if (t == 0) {
-    if (b.sandwich) {
-      norm(3, y, h);
-      for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + h[i];
-    } else {
-      for (int64_t i = 0; i < D; ++i) y[i] = x1[i] + y[i];
-    }
-  }
+  if (t == 0) residual(3, x1, y, y);
 }
 
 // A whole decoding step's blocks — one token of one sequence through blocks[0], blocks[1], … — in one call and

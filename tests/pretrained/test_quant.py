@@ -133,7 +133,7 @@ def test_the_kernel_hands_long_inputs_to_blas_by_path_and_vendor(monkeypatch) ->
     for level in (0, 1, 2):
         for vendor in ("GenuineIntel", "AuthenticAMD", ""):
             monkeypatch.setattr(quant.kernels, "loaded", lambda level=level: Kernel(level))
-            monkeypatch.setattr(quant, "cpu_vendor", lambda vendor=vendor: vendor)
+            monkeypatch.setattr(quant.kernels, "cpu_vendor", lambda vendor=vendor: vendor)
             want = (quant.INTEL_AVX512_BLAS_ROWS if (level, vendor) == (2, "GenuineIntel")
                     else quant.KERNEL_BLAS_ROWS_BY_LEVEL[level])
             assert quant.kernel_blas_rows() == want

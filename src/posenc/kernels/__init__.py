@@ -41,6 +41,7 @@ region, each product's rows, the heads and the activations split between the thr
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -76,17 +77,29 @@ LEVELS = ("portable loop", "AVX2", "AVX-512 VNNI")
 _STATE: dict[str, object] = {}
 
 
-def _cpu_flags() -> str:
-    """This CPU's instruction-set flags (the ``flags`` line of Linux /proc/cpuinfo; elsewhere the platform)."""
-    flags = platform.machine() + platform.processor()
+def _cpuinfo_line(*keys: str) -> str | None:
+    """The first line of Linux's /proc/cpuinfo that starts with one of ``keys`` (stripped), or None."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith(("flags", "Features")):
+                if line.startswith(keys):
                     return line.strip()
     except OSError:
         pass
-    return flags
+    return None
+
+
+def _cpu_flags() -> str:
+    """This CPU's instruction-set flags (the ``flags`` line of Linux /proc/cpuinfo; elsewhere the platform)."""
+    line = _cpuinfo_line("flags", "Features")
+    return platform.machine() + platform.processor() if line is None else line
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """This CPU's vendor as Linux names it (``vendor_id`` of /proc/cpuinfo: "GenuineIntel", "AuthenticAMD"), or ""."""
+    line = _cpuinfo_line("vendor_id")
+    return "" if line is None else line.split(":", 1)[1].strip()
 
 
 def _compiler() -> str:

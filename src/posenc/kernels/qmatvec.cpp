@@ -586,7 +586,7 @@ void multiply(const Rows& x, const Weight& wt, float* y) {
   // each task takes whole blocks of rows, so that a worker's weights stay in its cache across the M inputs, and
   // at least TASK_BYTES of them for one input row: a decoding step's small matrices are microseconds of work,
   // less than handing half of it to another thread costs (a fused decoding step splits every matrix instead:
-  // its threads stay in one parallel region, decode_block below)
+  // its threads stay in one parallel region, decode_blocks below)
   const int64_t G = x.K / GROUP, scale_bytes = wt.group16 ? 4 * (x.K / 16) : 2 * G;
   const int64_t grain = std::max<int64_t>(64, TASK_BYTES / std::max<int64_t>(1, x.M * (wt.row_bytes + scale_bytes)));
   at::parallel_for(0, wt.N, grain, [&](int64_t n0, int64_t n1) { multiply_rows(x, wt, y, n0, n1); });

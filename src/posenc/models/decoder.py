@@ -327,9 +327,10 @@ class Decoder(nn.Module):
             whole = fused.steps(self.layers, x, positions, cache) if step else None  # type: ignore[arg-type]
             if whole is not None:
                 x = whole
-            for i, layer in enumerate(self.layers if whole is None else ()):
-                out = fused.block_step(layer, x, positions, cache[i]) if step else None  # type: ignore[index]
-                x = layer(x, positions=positions, cache=None if cache is None else cache[i]) if out is None else out
+            else:
+                for i, layer in enumerate(self.layers):
+                    out = fused.block_step(layer, x, positions, cache[i]) if step else None  # type: ignore[index]
+                    x = layer(x, positions=positions, cache=None if cache is None else cache[i]) if out is None else out
         return self.norm(x)
 
     def logits(self, h: Tensor, *, pass_rows: int | None = None) -> Tensor:

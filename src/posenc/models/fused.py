@@ -116,35 +116,29 @@ def _plan(block: Any) -> dict[str, Any] | None:
     gains = [_gain(n) for n in every]
     if any(g is None for g in gains) or (qk and qk[0].eps != qk[1].eps):
         return None
-    head_dim, half, scale, activation = scheme.head_dim, scheme.pairing == "half", float(attn.scale), (
-        0 if ffn.activation == "swiglu" else 1)
-    weights = [m._buffers["qweight"] if q else m.weight for q, m in zip(quantised, linears)]
-    scales = [m._buffers["qscales"] if q else _NO_SCALES for q, m in zip(quantised, linears)]
-    bits = [int(m.bits) if q else 0 for q, m in zip(quantised, linears)]
-    eps = [float(n.eps) for n in norms]
-    qk_eps = float(qk[0].eps) if qk else 0.0
+    # the block's tensors and settings as decode_block takes them
+    tensors = {
+        "norms": gains[:blocks_norms],
+        "eps": [float(n.eps) for n in norms],
+        "weights": [m._buffers["qweight"] if q else m.weight for q, m in zip(quantised, linears)],
+        "scales": [m._buffers["qscales"] if q else _NO_SCALES for q, m in zip(quantised, linears)],
+        "bits": [int(m.bits) if q else 0 for q, m in zip(quantised, linears)],
+        "biases": [m.bias for m in linears],
+        "qk_norms": gains[blocks_norms:],
+        "qk_eps": float(qk[0].eps) if qk else 0.0,
+    }
     return {
         "parts": _parts(block),
         "versions": _versions(block),
-        "norms": gains[:blocks_norms],
-        "eps": eps,
-        "qk_norms": gains[blocks_norms:],
-        "qk_eps": qk_eps,
-        "weights": weights,
-        "scales": scales,
-        "bits": bits,
-        "biases": [m.bias for m in linears],
+        **tensors,
         "scheme": scheme,
-        "half": half,
-        "scale": scale,
         "window": attn.window,
-        "activation": activation,
-        "template": torch.empty(1, head_dim),  # what rows_for checks the positions against: (T=1, Dh)
+        "template": torch.empty(1, scheme.head_dim),  # what rows_for checks the positions against: (T=1, Dh)
         "dim": attn.dim,
         "module": module,
         # the block as the kernel reads it, checked once: its decoding steps pass only the cache slot
-        "block": module.Block(gains[:blocks_norms], eps, weights, scales, bits, [m.bias for m in linears],
-                              gains[blocks_norms:], qk_eps, head_dim, half, scale, activation),
+        "block": module.Block(**tensors, head_dim=scheme.head_dim, half=scheme.pairing == "half",
+                              scale=float(attn.scale), activation=0 if ffn.activation == "swiglu" else 1),
     }
 
 

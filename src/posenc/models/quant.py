@@ -126,18 +126,6 @@ def chunk_of_pass(module: nn.Module, x: Tensor, pass_rows: int) -> Tensor:
     return module(x, pass_rows=pass_rows) if isinstance(module, QuantLinear) else module(x)
 
 
-def cpu_vendor() -> str:
-    """This CPU's vendor as Linux names it (``vendor_id`` of /proc/cpuinfo: "GenuineIntel", "AuthenticAMD"), or ""."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
-
-
 def kernel_blas_rows() -> int:
     """The input rows from which posenc's kernel hands a product to BLAS here (its path's measured crossover on
     this CPU's vendor); ``POSENC_BLAS_ROWS=N`` in the environment sets it."""
@@ -150,7 +138,7 @@ def kernel_blas_rows() -> int:
     if module is None:
         return KERNEL_BLAS_ROWS
     level = module.get_level()
-    if level == 2 and cpu_vendor() == "GenuineIntel":
+    if level == 2 and kernels.cpu_vendor() == "GenuineIntel":
         return INTEL_AVX512_BLAS_ROWS
     return KERNEL_BLAS_ROWS_BY_LEVEL[level]
 
